@@ -1,0 +1,5 @@
+"""``python -m jobsd``: the same as the ``jobsd`` command."""
+
+from jobsd.cli import main
+
+main()

@@ -1,0 +1,285 @@
+"""The ``jobsd`` command: run the daemon, migrate, enqueue and inspect jobs.
+
+Errors are one line on stderr (``jobsd: error: ...``) and a non-zero exit, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import click
+import pydantic
+
+from jobsd.errors import ConfigError, JobsdError
+from jobsd.models import Job, JobEvent
+from jobsd.settings import Settings
+
+__all__ = ["main"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EXIT_ERROR = 1
+EXIT_JOB_FAILED = 3
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    click.echo(f"jobsd: error: {message}", err=True)
+    sys.exit(code)
+
+
+def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn jobsd and settings errors into one line on stderr and exit status 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except JobsdError as exc:
+            _fail(str(exc))
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "settings"
+            _fail(f"invalid setting JOBSD_{where.upper()}: {first['msg']}")
+
+    return wrapper
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment, with command-line overrides."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _require_url(settings: Settings) -> str:
+    if not settings.database_url:
+        raise ConfigError("no database configured: set JOBSD_DATABASE_URL (or use `jobsd dev`)")
+    return settings.database_url
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="jobsd")
+def main() -> None:
+    """jobsd: a Postgres-backed job queue."""
+
+
+@main.command()
+@click.option("--database-url", envvar="JOBSD_DATABASE_URL", help="libpq URL of the database.")
+@friendly_errors
+def migrate(database_url: str | None) -> None:
+    """Apply pending schema migrations (safe to repeat and to run concurrently)."""
+    from jobsd.store.migrate import migrate_sync
+
+    settings = load_settings(database_url=database_url)
+    applied = migrate_sync(_require_url(settings))
+    if applied:
+        for name in applied:
+            click.echo(f"applied {name}")
+    else:
+        click.echo("schema up to date")
+
+
+@main.command()
+@click.option("--slots", type=int, help="Jobs run at once (JOBSD_SLOTS).")
+@friendly_errors
+def run(slots: int | None) -> None:
+    """Run the worker daemon until SIGTERM or SIGINT."""
+    from jobsd.logs import setup_logging
+    from jobsd.worker.supervisor import run_daemon
+
+    settings = load_settings(slots=slots)
+    _require_url(settings)
+    setup_logging(settings.log_level, settings.log_format)
+    run_daemon(settings)
+
+
+@main.command()
+@click.option("--slots", type=int, default=None, help="Jobs run at once.")
+@friendly_errors
+def dev(slots: int | None) -> None:
+    """Run jobsd for real on a throwaway embedded Postgres, with the example handlers."""
+    from jobsd.dev import run_dev
+
+    run_dev(slots=slots)
+
+
+@main.command()
+@click.argument("type")
+@click.option("--org", "org_id", required=True, help="Organisation the job belongs to.")
+@click.option("--payload", default="{}", show_default=True, help="Job arguments, a JSON object.")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--dedup-key", default=None, help="At most one such job per org is pending.")
+@click.option("--run-after", type=click.DateTime(), default=None, help="Not before (UTC).")
+@click.option("--id", "job_id", default=None, help="Client job id (UUID): makes retries safe.")
+@click.option("--wait", is_flag=True, help="Follow the job to its end; exit 3 unless it succeeded.")
+@friendly_errors
+def enqueue(
+    type: str,
+    org_id: str,
+    payload: str,
+    queue: str,
+    dedup_key: str | None,
+    run_after: datetime | None,
+    job_id: str | None,
+    wait: bool,
+) -> None:
+    """Enqueue a job and print its id alone on stdout."""
+    from datetime import UTC
+
+    from jobsd.client import SyncClient
+
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        _fail(f"--payload is not valid JSON: {exc}")
+    if run_after is not None and run_after.tzinfo is None:
+        run_after = run_after.replace(tzinfo=UTC)
+    settings = load_settings()
+    _require_url(settings)
+    with SyncClient(settings=settings) as client:
+        job = client.enqueue(
+            type,
+            data,
+            org_id=org_id,
+            queue=queue,
+            dedup_key=dedup_key,
+            run_after=run_after,
+            job_id=job_id,
+        )
+        click.echo(str(job.id))
+        if wait:
+            final = _follow(client, job)
+            if final.status != "succeeded":
+                detail = f": {final.error}" if final.error else ""
+                _fail(f"job {final.id} {final.status}{detail}", EXIT_JOB_FAILED)
+
+
+def _follow(client: Any, job: Job) -> Job:
+    """Poll a job until it is terminal, drawing a progress bar on a terminal."""
+    tty = sys.stderr.isatty()
+    last_line = ""
+    while not job.status.terminal:
+        time.sleep(0.25)
+        job = client.get(job.id)
+        line = _progress_line(job)
+        if line != last_line:
+            if tty:
+                click.echo("\r\x1b[2K" + line, err=True, nl=False)
+            else:
+                click.echo(line, err=True)
+            last_line = line
+    if tty:
+        click.echo("", err=True)
+    return job
+
+
+def _progress_line(job: Job) -> str:
+    progress = job.progress or {}
+    done, total = progress.get("done"), progress.get("total")
+    if isinstance(done, int) and isinstance(total, int) and total > 0:
+        width = 30
+        filled = min(width, width * done // total)
+        bar = "#" * filled + "-" * (width - filled)
+        return f"{job.status} [{bar}] {done}/{total}"
+    if isinstance(done, int):
+        return f"{job.status} {done} done"
+    return str(job.status)
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the job and its history as JSON.")
+@friendly_errors
+def status(job_id: str, as_json: bool) -> None:
+    """Show a job's state, progress, report, error and history."""
+    import uuid
+
+    from jobsd.client import SyncClient
+
+    try:
+        uuid.UUID(job_id)
+    except ValueError:
+        _fail(f"{job_id!r} is not a job id (a UUID)")
+    settings = load_settings()
+    _require_url(settings)
+    with SyncClient(settings=settings) as client:
+        job = client.get(job_id)
+        events = client.events(job_id)
+    if as_json:
+        click.echo(
+            json.dumps({**job.to_json(), "history": [e.to_json() for e in events]}, indent=2)
+        )
+        return
+    _print_job(job, events)
+
+
+def _print_job(job: Job, events: list[JobEvent]) -> None:
+    fields = [
+        ("id", str(job.id)),
+        ("type", job.type),
+        ("org", job.org_id),
+        ("queue", job.queue),
+        ("status", str(job.status) + (f" ({job.reason})" if job.reason else "")),
+        ("attempts", str(job.attempts)),
+        ("created", _when(job.created_at)),
+        ("started", _when(job.started_at)),
+        ("finished", _when(job.finished_at)),
+    ]
+    if job.dedup_key:
+        fields.append(("dedup key", job.dedup_key))
+    if job.progress:
+        fields.append(("progress", json.dumps(job.progress)))
+    if job.error:
+        fields.append(("error", job.error))
+    if job.report:
+        fields.append(("report", json.dumps(job.report)[:2000]))
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        click.echo(f"{key:<{width}}  {value}")
+    click.echo("history")
+    for e in events:
+        move = f"{e.from_status or '-'} -> {e.to_status}"
+        extra = " ".join(
+            part
+            for part in (
+                f"attempt={e.attempt}",
+                f"worker={e.worker_id}" if e.worker_id else "",
+                f"reason={e.reason!r}" if e.reason else "",
+            )
+            if part
+        )
+        click.echo(f"  {_when(e.at)}  {move:<24} {extra}")
+
+
+def _when(value: datetime | None) -> str:
+    return value.isoformat(timespec="milliseconds") if value else "-"
+
+
+@main.command()
+@click.argument("switch", type=click.Choice(["on", "off", "status"]))
+@friendly_errors
+def notify(switch: str) -> None:
+    """Turn the enqueue NOTIFY on or off (off: daemons find work by polling only)."""
+    import anyio
+    import psycopg
+
+    from jobsd.store import queries
+    from jobsd.store.db import db_errors
+
+    url = _require_url(load_settings())
+
+    async def apply() -> bool:
+        with db_errors("notify switch"):
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                if switch != "status":
+                    await queries.set_notify(conn, switch == "on")
+                return await queries.notify_enabled(conn)
+
+    enabled = anyio.run(apply)
+    click.echo(f"notifications {'on' if enabled else 'off'}")

@@ -1,0 +1,418 @@
+"""Enqueue jobs and read them back: on jobsd's own pool or in the caller's transaction.
+
+The enqueue logic is written once, as a plan of named statements (a generator that
+yields a statement and receives its rows); small drivers run a plan on an async or a
+sync connection. On a caller's connection nothing is committed: the job exists when
+the caller's transaction commits. On jobsd's own pool each enqueue is one autocommit
+statement, retried on a dropped connection with the same job id, so a retry can never
+create a second job, and an answer is given only after the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Self
+
+import anyio
+import psycopg
+
+from jobsd.errors import (
+    BackendUnavailable,
+    DatabaseError,
+    DuplicateJob,
+    JobNotFound,
+    OutcomeUnknown,
+    UnknownQueue,
+)
+from jobsd.ids import uuid7
+from jobsd.jsonsafe import encode_object
+from jobsd.models import Job, JobEvent
+from jobsd.settings import Settings
+from jobsd.store import queries
+from jobsd.store.db import AsyncPool, SyncPool, db_errors, make_async_pool, make_sync_pool
+
+__all__ = ["Client", "JobSpec", "SyncClient", "enqueue_plan"]
+
+log = logging.getLogger(__name__)
+
+# Re-inserts after the dedup holder released its key between conflict and re-read.
+_DEDUP_TRIES = 3
+# Attempts of one enqueue on jobsd's own pool when the connection drops.
+_CONNECTION_TRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job to create, checked and serialized."""
+
+    id: uuid.UUID
+    type: str
+    org_id: str
+    queue: str
+    payload_json: str
+    dedup_key: str | None
+    run_after: datetime | None
+    # the id was given by the caller, or an earlier attempt may have committed it
+    id_may_exist: bool
+
+    @classmethod
+    def build(
+        cls,
+        type: str,
+        payload: dict[str, Any] | None,
+        *,
+        org_id: str,
+        queue: str = "default",
+        dedup_key: str | None = None,
+        run_after: datetime | None = None,
+        job_id: uuid.UUID | str | None = None,
+        max_payload_bytes: int | None = None,
+    ) -> JobSpec:
+        """Check and serialize the arguments of an enqueue (raises InvalidPayload, ValueError)."""
+        if not type:
+            raise ValueError("job type must be a non-empty string")
+        if not org_id:
+            raise ValueError("org_id must be a non-empty string")
+        if run_after is not None and run_after.tzinfo is None:
+            raise ValueError("run_after must be timezone-aware")
+        text = encode_object(
+            {} if payload is None else payload, what="payload", max_bytes=max_payload_bytes
+        )
+        given = uuid.UUID(str(job_id)) if job_id is not None else None
+        return cls(
+            id=given or uuid7(),
+            type=type,
+            org_id=org_id,
+            queue=queue,
+            payload_json=text,
+            dedup_key=dedup_key,
+            run_after=run_after,
+            id_may_exist=given is not None,
+        )
+
+    def insert_params(self) -> dict[str, Any]:
+        """Return the parameters of ``jobs_insert``."""
+        return {
+            "id": self.id,
+            "org_id": self.org_id,
+            "type": self.type,
+            "queue": self.queue,
+            "dedup_key": self.dedup_key,
+            "payload": self.payload_json,
+            "run_after": self.run_after,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A named query to run as one step of a plan."""
+
+    name: str
+    params: dict[str, Any]
+
+
+Plan = Generator[Statement, list[dict[str, Any]], Job]
+
+
+def enqueue_plan(spec: JobSpec) -> Plan:
+    """Insert a job, or find the one that holds its id or dedup key.
+
+    The dedup holder may finish (and release its key) between our conflict and our
+    re-read; then the insert is tried again, up to three times.
+    """
+    for _ in range(_DEDUP_TRIES):
+        rows = yield Statement("jobs_insert", spec.insert_params())
+        if rows:
+            return Job.from_row(rows[0])
+        if spec.id_may_exist:
+            rows = yield Statement("jobs_get", {"id": spec.id})
+            if rows:
+                existing = Job.from_row(rows[0])
+                if existing.org_id != spec.org_id:
+                    raise DuplicateJob(f"job id {spec.id} is already in use")
+                return existing
+        if spec.dedup_key is not None:
+            rows = yield Statement(
+                "jobs_get_by_dedup_key", {"org_id": spec.org_id, "dedup_key": spec.dedup_key}
+            )
+            if rows:
+                return Job.from_row(rows[0])
+        rows = yield Statement("queues_exists", {"name": spec.queue})
+        if not rows[0]["exists"]:
+            raise UnknownQueue(spec.queue)
+    raise DatabaseError(
+        f"enqueue of {spec.type!r} gave up: dedup key {spec.dedup_key!r} kept changing hands"
+    )
+
+
+async def run_plan(conn: psycopg.AsyncConnection[Any], plan: Plan, operation: str) -> Job:
+    """Drive a plan on an async connection."""
+    with db_errors(operation):
+        statement = next(plan)
+        while True:
+            rows = await queries.run_named(conn, statement.name, statement.params)
+            try:
+                statement = plan.send(rows)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+
+def run_plan_sync(conn: psycopg.Connection[Any], plan: Plan, operation: str) -> Job:
+    """Drive a plan on a sync connection."""
+    with db_errors(operation):
+        statement = next(plan)
+        while True:
+            rows = queries.run_named_sync(conn, statement.name, statement.params)
+            try:
+                statement = plan.send(rows)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+
+class Client:
+    """Enqueue and read jobs through jobsd's own async pool.
+
+    Use as ``async with Client(url) as client``; the pool opens lazily on first use too.
+    """
+
+    def __init__(
+        self, database_url: str | None = None, *, settings: Settings | None = None
+    ) -> None:
+        self.settings = settings or Settings()
+        url = database_url or self.settings.database_url
+        if not url:
+            from jobsd.errors import ConfigError
+
+            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        self._pool: AsyncPool = make_async_pool(
+            url, name="client", min_size=1, max_size=self.settings.pool_size, timeout_s=2.0
+        )
+        self._opened = False
+
+    async def __aenter__(self) -> Self:
+        await self._open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _open(self) -> None:
+        if not self._opened:
+            await self._pool.open()
+            self._opened = True
+
+    async def close(self) -> None:
+        """Close the pool."""
+        if self._opened:
+            await self._pool.close()
+            self._opened = False
+
+    async def enqueue(
+        self,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        org_id: str,
+        queue: str = "default",
+        dedup_key: str | None = None,
+        run_after: datetime | None = None,
+        job_id: uuid.UUID | str | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> Job:
+        """Create a job and return it, or return the existing job on a dedup or id hit.
+
+        With ``conn``, the insert joins the caller's transaction and nothing is
+        committed here. Raises UnknownQueue, InvalidPayload, BackendUnavailable
+        (no job was created) or OutcomeUnknown (retry with the same job id).
+        """
+        spec = JobSpec.build(
+            type,
+            payload,
+            org_id=org_id,
+            queue=queue,
+            dedup_key=dedup_key,
+            run_after=run_after,
+            job_id=job_id,
+            max_payload_bytes=self.settings.max_payload_bytes,
+        )
+        operation = f"enqueue of {type!r} into queue {queue!r}"
+        if conn is not None:
+            return await run_plan(conn, enqueue_plan(spec), operation)
+        await self._open()
+        sent = False
+        for attempt in range(1, _CONNECTION_TRIES + 1):
+            try:
+                with db_errors(operation):
+                    async with self._pool.connection() as own:
+                        sent = True
+                        return await run_plan(own, enqueue_plan(spec), operation)
+            except BackendUnavailable as exc:
+                if attempt == _CONNECTION_TRIES:
+                    raise _final_error(spec, exc, sent) from exc.__cause__
+                # Whatever happened, the same id makes the next attempt safe.
+                spec = replace(spec, id_may_exist=True)
+                await anyio.sleep(0.05 * attempt)
+        raise AssertionError("unreachable")
+
+    async def enqueue_many(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """Create many jobs in one statement; return them in order (existing ones on hits)."""
+        if not specs:
+            return []
+        await self._open()
+        operation = f"bulk enqueue of {len(specs)} jobs"
+        with db_errors(operation):
+            async with self._pool.connection() as conn:
+                names = sorted({s.queue for s in specs})
+                found = await queries.run_named(conn, "queues_existing", {"names": names})
+                missing = set(names) - {r["name"] for r in found}
+                if missing:
+                    raise UnknownQueue(sorted(missing)[0])
+                rows = await queries.run_named(conn, "jobs_insert_many", _many_params(specs))
+                inserted = {r["id"]: Job.from_row(r) for r in rows}
+                result = []
+                for spec in specs:
+                    job = inserted.get(spec.id)
+                    if job is None:  # conflict: resolve it like a single enqueue
+                        job = await run_plan(conn, enqueue_plan(spec), operation)
+                    result.append(job)
+                return result
+
+    async def get(self, job_id: uuid.UUID | str, *, org_id: str | None = None) -> Job:
+        """Read a job; with ``org_id``, a job of another org is reported as not found."""
+        await self._open()
+        key = uuid.UUID(str(job_id))
+        with db_errors(f"read of job {key}"):
+            async with self._pool.connection() as conn:
+                job = await queries.get_job(conn, key)
+        if job is None or (org_id is not None and job.org_id != org_id):
+            raise JobNotFound(job_id)
+        return job
+
+    async def events(self, job_id: uuid.UUID | str) -> list[JobEvent]:
+        """Read the history of a job, oldest first."""
+        await self._open()
+        with db_errors(f"read of history of job {job_id}"):
+            async with self._pool.connection() as conn:
+                return await queries.get_job_events(conn, uuid.UUID(str(job_id)))
+
+
+def _final_error(spec: JobSpec, exc: BackendUnavailable, sent: bool) -> BackendUnavailable:
+    if sent and spec.id_may_exist:
+        return OutcomeUnknown(
+            f"enqueue of job {spec.id} could not be confirmed: retry with the same job id ({exc})"
+        )
+    return exc
+
+
+def _many_params(specs: Iterable[JobSpec]) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("ids", "org_ids", "types", "queues", "dedup_keys", "payloads", "run_afters")
+    }
+    for s in specs:
+        cols["ids"].append(s.id)
+        cols["org_ids"].append(s.org_id)
+        cols["types"].append(s.type)
+        cols["queues"].append(s.queue)
+        cols["dedup_keys"].append(s.dedup_key)
+        cols["payloads"].append(s.payload_json)
+        cols["run_afters"].append(s.run_after)
+    return cols
+
+
+class SyncClient:
+    """Enqueue and read jobs from synchronous code (scripts, WSGI apps, threads)."""
+
+    def __init__(
+        self, database_url: str | None = None, *, settings: Settings | None = None
+    ) -> None:
+        self.settings = settings or Settings()
+        url = database_url or self.settings.database_url
+        if not url:
+            from jobsd.errors import ConfigError
+
+            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        self._pool: SyncPool = make_sync_pool(
+            url, name="client", min_size=1, max_size=self.settings.pool_size, timeout_s=2.0
+        )
+        self._opened = False
+
+    def __enter__(self) -> Self:
+        self._open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        if not self._opened:
+            self._pool.open()
+            self._opened = True
+
+    def close(self) -> None:
+        """Close the pool."""
+        if self._opened:
+            self._pool.close()
+            self._opened = False
+
+    def enqueue(
+        self,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        org_id: str,
+        queue: str = "default",
+        dedup_key: str | None = None,
+        run_after: datetime | None = None,
+        job_id: uuid.UUID | str | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> Job:
+        """Create a job; see ``Client.enqueue``."""
+        spec = JobSpec.build(
+            type,
+            payload,
+            org_id=org_id,
+            queue=queue,
+            dedup_key=dedup_key,
+            run_after=run_after,
+            job_id=job_id,
+            max_payload_bytes=self.settings.max_payload_bytes,
+        )
+        operation = f"enqueue of {type!r} into queue {queue!r}"
+        if conn is not None:
+            return run_plan_sync(conn, enqueue_plan(spec), operation)
+        self._open()
+        sent = False
+        for attempt in range(1, _CONNECTION_TRIES + 1):
+            try:
+                with db_errors(operation), self._pool.connection() as own:
+                    sent = True
+                    return run_plan_sync(own, enqueue_plan(spec), operation)
+            except BackendUnavailable as exc:
+                if attempt == _CONNECTION_TRIES:
+                    raise _final_error(spec, exc, sent) from exc.__cause__
+                spec = replace(spec, id_may_exist=True)
+                time.sleep(0.05 * attempt)
+        raise AssertionError("unreachable")
+
+    def get(self, job_id: uuid.UUID | str, *, org_id: str | None = None) -> Job:
+        """Read a job; with ``org_id``, a job of another org is reported as not found."""
+        self._open()
+        with self._pool.connection() as conn, db_errors(f"read of job {job_id}"):
+            rows = queries.run_named_sync(conn, "jobs_get", {"id": uuid.UUID(str(job_id))})
+        if not rows or (org_id is not None and rows[0]["org_id"] != org_id):
+            raise JobNotFound(job_id)
+        return Job.from_row(rows[0])
+
+    def events(self, job_id: uuid.UUID | str) -> list[JobEvent]:
+        """Read the history of a job, oldest first."""
+        self._open()
+        with self._pool.connection() as conn, db_errors(f"read of history of job {job_id}"):
+            rows = queries.run_named_sync(
+                conn, "job_events_for_job", {"id": uuid.UUID(str(job_id))}
+            )
+        return [JobEvent.from_row(r) for r in rows]

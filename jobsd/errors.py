@@ -1,0 +1,91 @@
+"""The exception tree of jobsd.
+
+Every error jobsd raises on purpose derives from ``JobsdError``. Database errors keep the
+psycopg exception as ``__cause__``; their message names the operation and the id.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyClaimed",
+    "BackendUnavailable",
+    "ConfigError",
+    "DatabaseError",
+    "DuplicateJob",
+    "InvalidPayload",
+    "JobNotFound",
+    "JobsdError",
+    "LeaseLost",
+    "MigrationError",
+    "OutcomeUnknown",
+    "PayloadTooLarge",
+    "UnknownJobKind",
+    "UnknownQueue",
+]
+
+
+class JobsdError(Exception):
+    """Base class of every error jobsd raises on purpose."""
+
+
+class ConfigError(JobsdError):
+    """The configuration is missing something or contradicts itself."""
+
+
+class MigrationError(JobsdError):
+    """A schema migration failed or the schema is in an unexpected state."""
+
+
+class UnknownJobKind(JobsdError):
+    """No handler is registered for a job type."""
+
+
+class InvalidPayload(JobsdError, ValueError):
+    """A payload or report cannot be stored: not JSON, too large, or rejected by Postgres."""
+
+
+class PayloadTooLarge(InvalidPayload):
+    """A payload is larger than the configured cap."""
+
+
+class UnknownQueue(JobsdError, LookupError):
+    """The queue named in an enqueue has not been declared."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"unknown queue {queue!r}: declare it first")
+        self.queue = queue
+
+
+class JobNotFound(JobsdError, LookupError):
+    """No job with this id is visible."""
+
+    def __init__(self, job_id: object) -> None:
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class DatabaseError(JobsdError):
+    """A database operation failed; the psycopg error is the ``__cause__``."""
+
+
+class BackendUnavailable(DatabaseError):
+    """The database cannot be reached; the operation did not take place."""
+
+
+class OutcomeUnknown(BackendUnavailable):
+    """The connection dropped during a commit and jobsd could not tell whether it happened.
+
+    Retry with the same job id: a job id can only ever create one job.
+    """
+
+
+class DuplicateJob(DatabaseError):
+    """A job id is already taken by a job that is not visible to this caller."""
+
+
+class AlreadyClaimed(DatabaseError):
+    """Another worker holds the job that this worker tried to claim."""
+
+
+class LeaseLost(JobsdError):
+    """This worker no longer owns the job: it was swept, cancelled or claimed elsewhere."""

@@ -1,0 +1,44 @@
+"""Turn payloads and reports into JSON text that Postgres will store, or refuse them clearly.
+
+Python's json accepts things jsonb rejects (NaN, Infinity, the NUL character, lone
+surrogates); finding out at INSERT time would abort the caller's transaction, so they
+are refused here, before any SQL is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from jobsd.errors import InvalidPayload, PayloadTooLarge
+
+# an escaped NUL: \u0000 preceded by an even number of backslashes
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+__all__ = ["encode_object"]
+
+
+def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
+    """Serialize a JSON object (a dict) for a jsonb column.
+
+    Raises InvalidPayload naming ``what`` when the value is not a JSON object, holds
+    something jsonb cannot store, or is larger than ``max_bytes`` bytes of UTF-8.
+    """
+    if not isinstance(value, dict):
+        raise InvalidPayload(f"{what} must be a JSON object, not {type(value).__name__}")
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except ValueError as exc:
+        raise InvalidPayload(f"{what} is not valid JSON: {exc}") from exc
+    except TypeError as exc:
+        raise InvalidPayload(f"{what} is not JSON-serializable: {exc}") from exc
+    if _ESCAPED_NUL.search(text):
+        raise InvalidPayload(f"{what} contains a NUL character (\\u0000), which Postgres rejects")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidPayload(f"{what} contains a lone surrogate, which Postgres rejects") from exc
+    if max_bytes is not None and size > max_bytes:
+        raise PayloadTooLarge(f"{what} is {size} bytes, over the limit of {max_bytes} bytes")
+    return text

@@ -1,0 +1,146 @@
+"""What a job is: its states and the rows jobsd reads back."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = ["TERMINAL_STATES", "Job", "JobEvent", "JobStatus"]
+
+
+class JobStatus(enum.StrEnum):
+    """The one vocabulary of job states (SPEC "States")."""
+
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    BLOCKED = "blocked"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RECOVERY_REQUIRED = "recovery_required"
+
+    @property
+    def terminal(self) -> bool:
+        """Say whether the state can never change again."""
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A row of ``jobsd.jobs``."""
+
+    id: uuid.UUID
+    org_id: str
+    type: str
+    queue: str
+    status: JobStatus
+    attempts: int
+    dedup_key: str | None
+    payload: dict[str, Any]
+    progress: dict[str, Any] | None
+    report: dict[str, Any] | None
+    error: str | None
+    reason: str | None
+    run_after: datetime
+    lease_id: uuid.UUID | None
+    worker_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        """Build a job from a dict row; unknown columns (added by later migrations) are ignored."""
+        return cls(
+            id=row["id"],
+            org_id=row["org_id"],
+            type=row["type"],
+            queue=row["queue"],
+            status=JobStatus(row["status"]),
+            attempts=row["attempts"],
+            dedup_key=row["dedup_key"],
+            payload=row["payload"],
+            progress=row["progress"],
+            report=row["report"],
+            error=row["error"],
+            reason=row["reason"],
+            run_after=row["run_after"],
+            lease_id=row["lease_id"],
+            worker_id=row["worker_id"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the job as a JSON-ready dict (ids and times as strings)."""
+        return {
+            "id": str(self.id),
+            "org_id": self.org_id,
+            "type": self.type,
+            "queue": self.queue,
+            "status": str(self.status),
+            "attempts": self.attempts,
+            "dedup_key": self.dedup_key,
+            "payload": self.payload,
+            "progress": self.progress,
+            "report": self.report,
+            "error": self.error,
+            "reason": self.reason,
+            "run_after": _iso(self.run_after),
+            "worker_id": self.worker_id,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """A row of ``jobsd.job_events``: one status change."""
+
+    id: int
+    job_id: uuid.UUID
+    from_status: JobStatus | None
+    to_status: JobStatus
+    attempt: int
+    worker_id: str | None
+    reason: str | None
+    at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobEvent:
+        """Build an event from a dict row."""
+        return cls(
+            id=row["id"],
+            job_id=row["job_id"],
+            from_status=JobStatus(row["from_status"]) if row["from_status"] else None,
+            to_status=JobStatus(row["to_status"]),
+            attempt=row["attempt"],
+            worker_id=row["worker_id"],
+            reason=row["reason"],
+            at=row["at"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the event in the API's shape."""
+        return {
+            "from": str(self.from_status) if self.from_status else None,
+            "to": str(self.to_status),
+            "at": _iso(self.at),
+            "attempt": self.attempt,
+            "reason": self.reason,
+            "worker": self.worker_id,
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

@@ -1,0 +1,116 @@
+"""Map a job type to its handler and the policy declared with it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from jobsd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jobsd.context import JobContext
+    from jobsd.models import Job
+
+__all__ = ["DedupScope", "Delivery", "HandlerSpec", "Registry", "default_registry", "handler"]
+
+DedupScope = Literal["queue", "active"]
+Delivery = Literal["at_least_once", "at_most_once"]
+HandlerFunc = Callable[["JobContext"], Any]
+OnFail = Callable[["Job"], Awaitable[None] | None]
+F = TypeVar("F", bound=HandlerFunc)
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """A handler and what its type declares."""
+
+    type: str
+    func: HandlerFunc
+    is_async: bool
+    max_attempts: int = 1
+    dedup_scope: DedupScope = "queue"
+    on_fail: OnFail | None = None
+    timeout_s: float | None = None
+    delivery: Delivery = "at_least_once"
+
+
+class Registry:
+    """The handlers a daemon can run, by job type."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, HandlerSpec] = {}
+
+    def add(self, spec: HandlerSpec) -> None:
+        """Register a handler; a type can be registered once."""
+        if spec.type in self._specs and self._specs[spec.type].func is not spec.func:
+            raise ConfigError(f"job type {spec.type!r} already has a handler")
+        self._specs[spec.type] = spec
+
+    def get(self, type: str) -> HandlerSpec | None:
+        """Return the handler of a type, or None."""
+        return self._specs.get(type)
+
+    def types(self) -> list[str]:
+        """List the registered types."""
+        return sorted(self._specs)
+
+    def keep_dedup_types(self) -> list[str]:
+        """List the types whose dedup key is held until the job ends (scope 'active')."""
+        return sorted(t for t, s in self._specs.items() if s.dedup_scope == "active")
+
+    def max_attempts(self) -> dict[str, int]:
+        """Map each type to its max_attempts."""
+        return {t: s.max_attempts for t, s in self._specs.items()}
+
+    def clear(self) -> None:
+        """Forget every handler (tests)."""
+        self._specs.clear()
+
+
+default_registry = Registry()
+
+
+def handler(
+    type: str,
+    *,
+    max_attempts: int = 1,
+    dedup_scope: DedupScope = "queue",
+    on_fail: OnFail | None = None,
+    timeout: float | None = None,
+    delivery: Delivery = "at_least_once",
+    registry: Registry | None = None,
+) -> Callable[[F], F]:
+    """Register the decorated function as the handler of ``type``.
+
+    The function takes one argument, the JobContext, and returns a JSON object or None
+    (the job's report). It may be async, or sync (it then runs in a worker thread).
+    ``max_attempts`` counts runs, the first included: the default 1 never runs a job
+    twice. ``timeout`` is in seconds, on the monotonic clock.
+    """
+    if max_attempts < 1:
+        raise ConfigError(f"max_attempts of {type!r} must be at least 1")
+    if dedup_scope not in ("queue", "active"):
+        raise ConfigError(f"dedup_scope of {type!r} must be 'queue' or 'active'")
+    if delivery not in ("at_least_once", "at_most_once"):
+        raise ConfigError(f"delivery of {type!r} must be 'at_least_once' or 'at_most_once'")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"timeout of {type!r} must be positive")
+
+    def register(func: F) -> F:
+        (registry or default_registry).add(
+            HandlerSpec(
+                type=type,
+                func=func,
+                is_async=inspect.iscoroutinefunction(func),
+                max_attempts=max_attempts,
+                dedup_scope=dedup_scope,
+                on_fail=on_fail,
+                timeout_s=timeout,
+                delivery=delivery,
+            )
+        )
+        return func
+
+    return register

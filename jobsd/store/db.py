@@ -1,0 +1,132 @@
+"""Connections: pools, error translation, and the only place transient errors are retried."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_exponential_jitter,
+)
+
+from jobsd.errors import BackendUnavailable, DatabaseError, InvalidPayload, UnknownQueue
+
+__all__ = [
+    "AsyncConn",
+    "AsyncPool",
+    "SyncConn",
+    "SyncPool",
+    "db_errors",
+    "make_async_pool",
+    "make_sync_pool",
+    "transient_retries",
+]
+
+log = logging.getLogger(__name__)
+
+AsyncConn = psycopg.AsyncConnection[DictRow]
+SyncConn = psycopg.Connection[DictRow]
+AsyncPool = AsyncConnectionPool[AsyncConn]
+SyncPool = ConnectionPool[SyncConn]
+
+# Connections are autocommit: a single statement commits on its own in one round
+# trip; multi-statement work opens an explicit `conn.transaction()`.
+_CONN_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+
+
+def make_async_pool(
+    url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
+) -> AsyncPool:
+    """Create (unopened) an async pool; a failed reconnect is retried on the next demand."""
+    return AsyncConnectionPool(
+        url,
+        kwargs={**_CONN_KWARGS, "application_name": f"jobsd-{name}"},
+        connection_class=psycopg.AsyncConnection[DictRow],
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        timeout=timeout_s,
+        reconnect_timeout=10.0,
+        open=False,
+    )
+
+
+def make_sync_pool(
+    url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
+) -> SyncPool:
+    """Create (unopened) a sync pool, for threads and scripts."""
+    return ConnectionPool(
+        url,
+        kwargs={**_CONN_KWARGS, "application_name": f"jobsd-{name}"},
+        connection_class=psycopg.Connection[DictRow],
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        timeout=timeout_s,
+        reconnect_timeout=10.0,
+        open=False,
+    )
+
+
+@contextmanager
+def db_errors(operation: str) -> Iterator[None]:
+    """Translate psycopg errors raised inside the block into jobsd errors naming ``operation``."""
+    try:
+        yield
+    except PoolTimeout as exc:
+        raise BackendUnavailable(f"{operation} failed: database unavailable ({exc})") from exc
+    except psycopg.errors.ForeignKeyViolation as exc:
+        if exc.diag.constraint_name == "jobs_queue_fkey":
+            raise UnknownQueue(_queue_from_detail(exc.diag.message_detail)) from exc
+        raise DatabaseError(f"{operation} failed: {exc}") from exc
+    except (
+        psycopg.errors.UntranslatableCharacter,
+        psycopg.errors.CharacterNotInRepertoire,
+        psycopg.errors.InvalidTextRepresentation,
+    ) as exc:
+        raise InvalidPayload(f"{operation} failed: {exc.diag.message_primary}") from exc
+    except psycopg.OperationalError as exc:
+        raise BackendUnavailable(f"{operation} failed: database unavailable ({exc})") from exc
+    except psycopg.InterfaceError as exc:
+        raise BackendUnavailable(f"{operation} failed: connection unusable ({exc})") from exc
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{operation} failed: {exc}") from exc
+
+
+def _queue_from_detail(detail: str | None) -> str:
+    # Key (queue)=(mail) is not present in table "queues".
+    if detail and "=(" in detail:
+        return detail.split("=(", 1)[1].split(")", 1)[0]
+    return "?"
+
+
+def transient_retries(operation: str, *, max_wait_s: float = 5.0) -> AsyncRetrying:
+    """Retry a block forever on BackendUnavailable, backing off up to ``max_wait_s``.
+
+    For the daemon's own loops: the database going away must never crash it.
+    """
+
+    def _log(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "db.retrying",
+            extra={"operation": operation, "attempt": state.attempt_number, "error": str(exc)},
+        )
+
+    return AsyncRetrying(
+        retry=retry_if_exception_type(BackendUnavailable),
+        wait=wait_exponential_jitter(initial=0.05, max=max_wait_s, jitter=0.2),
+        stop=stop_never,
+        before_sleep=_log,
+        reraise=True,
+    )

@@ -1,0 +1,98 @@
+"""Apply the numbered migrations of ``sql/migrations`` under an advisory lock.
+
+Each migration runs in its own transaction together with the row that records it, so
+a failure leaves the schema at the previous version. A second concurrent run waits for
+the lock, then finds nothing to do. The checksum of every applied file is kept: an
+edited shipped migration is an error, not a silent drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import dict_row
+
+from jobsd.errors import MigrationError
+from jobsd.store.db import db_errors
+from jobsd.store.sqlfiles import Migration, load_migrations
+
+__all__ = ["MigrationStatus", "migrate_sync", "migration_status_sync"]
+
+log = logging.getLogger(__name__)
+
+# pg_advisory_lock key: the bytes "jobsdmig" as a bigint
+_LOCK_KEY = int.from_bytes(b"jobsdmig", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+_BOOKKEEPING = """
+CREATE SCHEMA IF NOT EXISTS jobsd;
+CREATE TABLE IF NOT EXISTS jobsd.schema_migrations (
+  version     integer PRIMARY KEY,
+  name        text NOT NULL,
+  checksum    text NOT NULL,
+  applied_at  timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationStatus:
+    """One shipped migration and whether it is applied."""
+
+    version: int
+    name: str
+    applied: bool
+
+
+def _checksum(migration: Migration) -> str:
+    return hashlib.sha256(migration.sql.encode("utf-8")).hexdigest()
+
+
+def migrate_sync(database_url: str) -> list[str]:
+    """Apply pending migrations; return the names applied (empty when up to date)."""
+    migrations = load_migrations()
+    applied_now: list[str] = []
+    with db_errors("migrate"), psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+        try:
+            conn.execute(_BOOKKEEPING)
+            done = _applied(conn)
+            for migration in migrations:
+                known = done.get(migration.version)
+                if known is not None:
+                    if known != _checksum(migration):
+                        raise MigrationError(
+                            f"migration {migration.name} was changed after it was applied; "
+                            "shipped migrations must never be edited"
+                        )
+                    continue
+                with conn.transaction():
+                    conn.execute(migration.sql.encode("utf-8"))
+                    conn.execute(
+                        "INSERT INTO jobsd.schema_migrations (version, name, checksum) "
+                        "VALUES (%s, %s, %s)",
+                        (migration.version, migration.name, _checksum(migration)),
+                    )
+                log.info("migration.applied", extra={"migration": migration.name})
+                applied_now.append(migration.name)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+    return applied_now
+
+
+def migration_status_sync(database_url: str) -> list[MigrationStatus]:
+    """List the shipped migrations and which are applied."""
+    with db_errors("migration status"), psycopg.connect(database_url, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT to_regclass('jobsd.schema_migrations') IS NOT NULL"
+        ).fetchone()
+        done = _applied(conn) if exists and exists[0] else {}
+    return [MigrationStatus(m.version, m.name, m.version in done) for m in load_migrations()]
+
+
+def _applied(conn: psycopg.Connection[tuple[object, ...]]) -> dict[int, str]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("SELECT version, checksum FROM jobsd.schema_migrations")
+        return {row["version"]: row["checksum"] for row in cur.fetchall()}

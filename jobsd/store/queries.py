@@ -1,0 +1,223 @@
+"""One typed function per named query of ``sql/queries``.
+
+Connections may be jobsd's own (dict rows) or a caller's (any row factory): every
+function opens its own dict-row cursor. Errors are translated here, with
+``db_errors``, naming the operation and the id.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import dict_row
+
+from jobsd.models import Job, JobEvent
+from jobsd.store.db import db_errors
+from jobsd.store.sqlfiles import load_queries
+
+__all__ = [
+    "FinishRow",
+    "HeartbeatRow",
+    "PromoteResult",
+    "claim_batch",
+    "finish_batch",
+    "get_job",
+    "get_job_events",
+    "heartbeat",
+    "notify_enabled",
+    "promote_due",
+    "run_named",
+    "run_named_sync",
+    "set_notify",
+    "sweep_stale",
+]
+
+Row = dict[str, Any]
+
+
+def _sql(name: str) -> LiteralString:
+    # The text comes from our own shipped files, never from input.
+    return load_queries()[name]
+
+
+async def run_named(
+    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
+) -> list[Row]:
+    """Execute a named query on an async connection and return its rows as dicts."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_sql(name), params)
+        return await cur.fetchall() if cur.description else []
+
+
+def run_named_sync(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[Row]:
+    """Execute a named query on a sync connection and return its rows as dicts."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_sql(name), params)
+        return cur.fetchall() if cur.description else []
+
+
+async def get_job(conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID) -> Job | None:
+    """Read one job, or None."""
+    with db_errors(f"read of job {job_id}"):
+        rows = await run_named(conn, "jobs_get", {"id": job_id})
+    return Job.from_row(rows[0]) if rows else None
+
+
+async def get_job_events(conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID) -> list[JobEvent]:
+    """Read the history of one job, oldest first."""
+    with db_errors(f"read of history of job {job_id}"):
+        rows = await run_named(conn, "job_events_for_job", {"id": job_id})
+    return [JobEvent.from_row(r) for r in rows]
+
+
+async def claim_batch(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    limit: int,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    keep_dedup_types: Sequence[str],
+) -> list[Job]:
+    """Claim up to ``limit`` queued jobs, oldest first, in one statement."""
+    params = {
+        "limit": limit,
+        "worker_id": worker_id,
+        "queues": list(queues) if queues else None,
+        "keep_dedup_types": list(keep_dedup_types),
+    }
+    with db_errors(f"claim failed for worker {worker_id!r}"):
+        rows = await run_named(conn, "jobs_claim_batch", params)
+    jobs = [Job.from_row(r) for r in rows]
+    jobs.sort(key=lambda j: (j.created_at, j.id))
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRow:
+    """One held job in a heartbeat: its lease and the progress fields not yet written."""
+
+    job_id: uuid.UUID
+    lease_id: uuid.UUID
+    fields: dict[str, Any] | None
+
+
+async def heartbeat(
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[HeartbeatRow]
+) -> set[uuid.UUID]:
+    """Stamp and merge progress for held jobs; return the ids whose lease still holds."""
+    if not rows:
+        return set()
+    params = {
+        "ids": [r.job_id for r in rows],
+        "lease_ids": [r.lease_id for r in rows],
+        "fields": [json.dumps(r.fields) if r.fields else None for r in rows],
+    }
+    with db_errors(f"heartbeat of {len(rows)} jobs"):
+        result = await run_named(conn, "jobs_heartbeat", params)
+    return {r["id"] for r in result}
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRow:
+    """The outcome of one run, ready to write: status, report and error as stored."""
+
+    job_id: uuid.UUID
+    lease_id: uuid.UUID
+    status: str
+    report_json: str | None
+    error: str | None
+    reason: str | None
+    progress: dict[str, Any] | None
+    run_after: datetime | None = None
+
+
+async def finish_batch(
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[FinishRow]
+) -> dict[uuid.UUID, Job]:
+    """Write many outcomes in one statement; return the jobs as written, by id.
+
+    An id missing from the result had lost its lease: that outcome was discarded.
+    """
+    if not rows:
+        return {}
+    # Reports were serialized (and checked) once by the executor; splice them in as
+    # raw JSON so they are not parsed and dumped again on the hot path.
+    parts = []
+    for r in rows:
+        head = json.dumps(
+            {
+                "id": str(r.job_id),
+                "lease_id": str(r.lease_id),
+                "status": r.status,
+                "error": r.error,
+                "reason": r.reason,
+                "progress": r.progress,
+                "run_after": r.run_after.isoformat() if r.run_after else None,
+            },
+            ensure_ascii=False,
+        )
+        parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
+    with db_errors(f"finish of {len(rows)} jobs"):
+        result = await run_named(conn, "jobs_finish_batch", {"results": f"[{','.join(parts)}]"})
+    return {r["id"]: Job.from_row(r) for r in result}
+
+
+async def sweep_stale(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    worker_id: str,
+    stale_after_s: float,
+    max_attempts: dict[str, int],
+    default_max_attempts: int,
+    now: datetime | None = None,
+) -> list[Job]:
+    """Requeue or fail running jobs whose heartbeat is stale; return them as updated."""
+    params = {
+        "now": now,
+        "stale_after_s": stale_after_s,
+        "types": list(max_attempts),
+        "max_attempts": list(max_attempts.values()),
+        "default_max_attempts": default_max_attempts,
+    }
+    with db_errors(f"sweep by worker {worker_id!r}"):
+        async with conn.transaction():
+            await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
+            rows = await run_named(conn, "jobs_sweep_stale", params)
+    return [Job.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class PromoteResult:
+    """How many scheduled jobs became queued, and when the next one is due."""
+
+    promoted: int
+    next_due: datetime | None
+
+
+async def promote_due(
+    conn: psycopg.AsyncConnection[Any], *, limit: int = 1000, now: datetime | None = None
+) -> PromoteResult:
+    """Move due scheduled jobs to queued."""
+    with db_errors("promotion of due scheduled jobs"):
+        rows = await run_named(conn, "jobs_promote_due", {"limit": limit, "now": now})
+    return PromoteResult(promoted=rows[0]["promoted"], next_due=rows[0]["next_due"])
+
+
+async def set_notify(conn: psycopg.AsyncConnection[Any], enabled: bool) -> None:
+    """Enable or disable the NOTIFY triggers (poll-only mode when disabled)."""
+    name = "admin_notify_enable" if enabled else "admin_notify_disable"
+    with db_errors("switching notifications"):
+        await conn.execute(_sql(name))
+
+
+async def notify_enabled(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Say whether the NOTIFY triggers are enabled."""
+    with db_errors("reading the notification switch"):
+        rows = await run_named(conn, "admin_notify_status", {})
+    return bool(rows and rows[0]["enabled"])

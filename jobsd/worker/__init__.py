@@ -1,0 +1,1 @@
+"""The daemon: claim, run, heartbeat, complete, sweep. ``supervisor.Daemon`` starts it all."""

@@ -1,0 +1,166 @@
+"""Write outcomes in batches: one statement for every result that is ready.
+
+Results queue up while a write is in flight and go out together in the next one, so
+under load many jobs share a round trip and an idle daemon writes a lone result at
+once. Every write is conditioned on the job's lease: a result whose lease is gone is
+discarded, never applied. When the database is away, results are kept in memory and
+written once it is back; the jobs stay held (and heartbeated) until then.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+from jobsd.errors import BackendUnavailable, DatabaseError
+from jobsd.models import Job
+from jobsd.store import queries
+from jobsd.store.db import AsyncPool, transient_retries
+from jobsd.worker.executor import Outcome, failure
+from jobsd.worker.holdings import Held, Holdings
+from jobsd.worker.stats import DaemonStats
+
+__all__ = ["Completer"]
+
+log = logging.getLogger(__name__)
+
+_BATCH = 500
+
+
+@dataclass(slots=True)
+class _Result:
+    held: Held
+    outcome: Outcome
+
+
+class Completer:
+    """Batch outcome writes and report failed jobs to ``on_failed``."""
+
+    def __init__(
+        self,
+        pool: AsyncPool,
+        holdings: Holdings,
+        stats: DaemonStats,
+        on_failed: Callable[[Job], None],
+    ) -> None:
+        self.pool = pool
+        self.holdings = holdings
+        self.stats = stats
+        self.on_failed = on_failed
+        self._pending: list[_Result] = []
+        self._ready = anyio.Event()
+
+    def submit(self, held: Held, outcome: Outcome) -> None:
+        """Queue an outcome for writing; never blocks."""
+        self._pending.append(_Result(held, outcome))
+        self._ready.set()
+
+    @property
+    def pending(self) -> int:
+        """Return the number of outcomes not yet written."""
+        return len(self._pending)
+
+    async def run(self) -> None:
+        """Write outcomes as they come, until cancelled."""
+        while True:
+            await self._ready.wait()
+            self._ready = anyio.Event()
+            while self._pending:
+                await self.flush_once()
+
+    async def flush_once(self) -> None:
+        """Write up to one batch of pending outcomes, retrying while the database is away."""
+        batch = self._pending[:_BATCH]
+        async for attempt in transient_retries("finish"):
+            with attempt:
+                await self._write(batch)
+        del self._pending[: len(batch)]
+
+    async def drain(self, timeout_s: float) -> None:
+        """Write everything pending, giving up after ``timeout_s`` (at shutdown)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout_s) as scope:
+            while self._pending:
+                await self.flush_once()
+        if scope.cancelled_caught and self._pending:
+            log.error(
+                "completer.results_lost",
+                extra={
+                    "count": len(self._pending),
+                    "job_ids": [str(r.held.job.id) for r in self._pending],
+                },
+            )
+
+    async def _write(self, batch: list[_Result]) -> None:
+        rows = [_finish_row(r) for r in batch]
+        try:
+            async with self.pool.connection() as conn:
+                written = await queries.finish_batch(conn, rows)
+        except BackendUnavailable:
+            raise
+        except DatabaseError:
+            if len(batch) == 1:
+                written = await self._write_poisoned(batch[0])
+            else:
+                # One bad row must not hold back the others: write them one by one.
+                for result in batch:
+                    await self._write([result])
+                return
+        self._settle(batch, written)
+
+    async def _write_poisoned(self, result: _Result) -> dict[uuid.UUID, Job]:
+        log.error(
+            "completer.result_rejected", extra={"job_id": str(result.held.job.id)}, exc_info=True
+        )
+        replacement = failure("the job's result could not be stored", reason="result rejected")
+        async with self.pool.connection() as conn:
+            return await queries.finish_batch(
+                conn, [_finish_row(_Result(result.held, replacement))]
+            )
+
+    def _settle(self, batch: list[_Result], written: dict[uuid.UUID, Job]) -> None:
+        for result in batch:
+            job_id = result.held.job.id
+            job = written.get(job_id)
+            self.holdings.forget(job_id)
+            if job is None:
+                self.stats.discarded += 1
+                log.warning(
+                    "job.result_discarded",
+                    extra={
+                        "job_id": str(job_id),
+                        "reason": "lease lost",
+                        "status": result.outcome.status,
+                    },
+                )
+                continue
+            self.stats.finished[(job.type, str(job.status))] += 1
+            log.info(
+                "job.finished",
+                extra={
+                    "job_id": str(job_id),
+                    "type": job.type,
+                    "status": str(job.status),
+                    "duration_s": round(time.monotonic() - result.held.started_monotonic, 6),
+                },
+            )
+            if job.status == "failed":
+                self.on_failed(job)
+
+
+def _finish_row(result: _Result) -> queries.FinishRow:
+    outcome = result.outcome
+    return queries.FinishRow(
+        job_id=result.held.job.id,
+        lease_id=result.held.lease_id,
+        status=outcome.status,
+        report_json=outcome.report_json,
+        error=outcome.error,
+        reason=outcome.reason,
+        progress=result.held.ctx.take_pending(),
+        run_after=outcome.run_after,
+    )

@@ -1,0 +1,86 @@
+"""Write heartbeats and progress for every held job, one statement per tick.
+
+Each tick (``progress_interval``) writes the jobs whose handlers reported progress;
+every ``heartbeat_interval`` (at most a third of ``stale_after``) it writes all held
+jobs, which stamps ``progress.updated_at``: the sweeper's proof of life. A job missing
+from the result lost its lease (swept or claimed elsewhere): its handler is cancelled
+and its outcome will be discarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+
+from jobsd.errors import BackendUnavailable
+from jobsd.settings import Settings
+from jobsd.store import queries
+from jobsd.store.db import AsyncPool
+from jobsd.worker.holdings import Holdings
+
+__all__ = ["Heartbeat"]
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Keep held jobs alive in the database and flush their progress."""
+
+    def __init__(self, pool: AsyncPool, holdings: Holdings, settings: Settings) -> None:
+        self.pool = pool
+        self.holdings = holdings
+        self.tick_s = min(settings.progress_interval, settings.effective_heartbeat_s)
+        self.beat_s = settings.effective_heartbeat_s
+        self._last_beat = time.monotonic()
+
+    async def run(self) -> None:
+        """Tick until cancelled; a database outage only delays the next write."""
+        while True:
+            await anyio.sleep(self.tick_s)
+            try:
+                await self.run_once()
+            except BackendUnavailable as exc:
+                log.warning("heartbeat.failed", extra={"error": str(exc)})
+
+    async def run_once(self, *, force: bool = False) -> int:
+        """Write one tick; return how many jobs were written."""
+        now = time.monotonic()
+        beat = force or now - self._last_beat >= self.beat_s
+        rows, taken = [], {}
+        for held in self.holdings:
+            if held.lost:
+                continue
+            fields = held.ctx.take_pending()
+            if fields is not None:
+                taken[held.job.id] = fields
+            if beat or fields is not None:
+                rows.append(queries.HeartbeatRow(held.job.id, held.lease_id, fields))
+        if not rows:
+            if beat:
+                self._last_beat = now
+            return 0
+        try:
+            async with self.pool.connection() as conn:
+                alive = await queries.heartbeat(conn, rows)
+        except BackendUnavailable:
+            for job_id, fields in taken.items():
+                still = self.holdings.get(job_id)
+                if still is not None:
+                    still.ctx.restore_pending(fields)
+            raise
+        if beat:
+            self._last_beat = now
+        for row in rows:
+            if row.job_id not in alive:
+                self._lost(row.job_id)
+        return len(rows)
+
+    def _lost(self, job_id: object) -> None:
+        for held in self.holdings:
+            if held.job.id == job_id and not held.lost:
+                held.lost = True
+                log.warning("job.lease_lost", extra={"job_id": str(job_id)})
+                if not held.finished:
+                    held.scope.cancel()

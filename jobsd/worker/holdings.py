@@ -1,0 +1,104 @@
+"""The jobs this daemon holds: running, or finished with the outcome not yet written."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import anyio
+
+from jobsd.context import JobContext
+from jobsd.models import Job
+
+__all__ = ["Held", "Holdings"]
+
+
+@dataclass(slots=True)
+class Held:
+    """One job held under a lease."""
+
+    job: Job
+    lease_id: uuid.UUID
+    ctx: JobContext
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    finished: bool = False
+    lost: bool = False
+    started_monotonic: float = field(default_factory=time.monotonic)
+
+
+class Holdings:
+    """Held jobs and the slot count; the claimer never takes more than the free slots.
+
+    A slot frees when the handler returns, before its outcome is written: writing is
+    the completer's business, and the job stays held (and heartbeated) until then.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._held: dict[uuid.UUID, Held] = {}
+        self._running = 0
+        self._changed = anyio.Event()
+
+    @property
+    def free(self) -> int:
+        """Return the number of free slots."""
+        return self.slots - self._running
+
+    @property
+    def running(self) -> int:
+        """Return the number of handlers running."""
+        return self._running
+
+    def add(self, job: Job, ctx: JobContext) -> Held:
+        """Hold a freshly claimed job and take a slot."""
+        assert job.lease_id is not None
+        held = Held(job=job, lease_id=job.lease_id, ctx=ctx)
+        self._held[job.id] = held
+        self._running += 1
+        return held
+
+    def release_slot(self, held: Held) -> None:
+        """Free the slot of a job whose handler has returned."""
+        if not held.finished:
+            held.finished = True
+            self._running -= 1
+            self._signal()
+
+    def forget(self, job_id: uuid.UUID) -> None:
+        """Stop holding a job whose outcome is written or discarded."""
+        self._held.pop(job_id, None)
+        self._signal()
+
+    def get(self, job_id: uuid.UUID) -> Held | None:
+        """Return a held job, or None."""
+        return self._held.get(job_id)
+
+    def __iter__(self) -> Iterator[Held]:
+        return iter(list(self._held.values()))
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    async def wait_free(self) -> None:
+        """Wait until at least one slot is free."""
+        while self.free <= 0:
+            await self._wait_change()
+
+    async def wait_idle(self) -> None:
+        """Wait until no handler runs."""
+        while self._running > 0:
+            await self._wait_change()
+
+    async def wait_empty(self) -> None:
+        """Wait until nothing is held (every outcome written or discarded)."""
+        while self._held:
+            await self._wait_change()
+
+    async def _wait_change(self) -> None:
+        await self._changed.wait()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()

@@ -1,0 +1,139 @@
+-- Named queries on jobsd.jobs and jobsd.job_events. Each starts with a name line;
+-- parameters are named; "now" is a parameter where tests need to pin the clock.
+
+-- name: jobs_insert
+-- One job, only if its queue exists. ON CONFLICT covers both a taken id (a retried
+-- submission) and a taken (org_id, dedup_key): no row comes back and the caller
+-- re-reads the holder.
+INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after)
+SELECT %(id)s, %(org_id)s, %(type)s, q.name,
+       CASE WHEN %(run_after)s::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+       %(dedup_key)s, %(payload)s::jsonb, coalesce(%(run_after)s::timestamptz, now())
+FROM jobsd.queues AS q
+WHERE q.name = %(queue)s
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: jobs_insert_many
+-- Many jobs in one statement; queues were checked first. Rows that hit a conflict
+-- are simply absent from the result.
+INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after)
+SELECT b.id, b.org_id, b.type, b.queue,
+       CASE WHEN b.run_after > now() THEN 'scheduled' ELSE 'queued' END,
+       b.dedup_key, b.payload, coalesce(b.run_after, now())
+FROM unnest(%(ids)s::uuid[], %(org_ids)s::text[], %(types)s::text[], %(queues)s::text[],
+            %(dedup_keys)s::text[], %(payloads)s::jsonb[], %(run_afters)s::timestamptz[])
+     WITH ORDINALITY AS b(id, org_id, type, queue, dedup_key, payload, run_after, ord)
+ORDER BY b.ord
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: jobs_get
+SELECT * FROM jobsd.jobs WHERE id = %(id)s;
+
+-- name: jobs_get_many
+SELECT * FROM jobsd.jobs WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: jobs_get_by_dedup_key
+SELECT * FROM jobsd.jobs WHERE org_id = %(org_id)s AND dedup_key = %(dedup_key)s;
+
+-- name: job_events_for_job
+SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
+
+-- name: jobs_claim_batch
+-- Claim up to `limit` of the oldest queued jobs in one statement. SKIP LOCKED lets
+-- any number of daemons claim at once without waiting on each other. Every claim
+-- gets a fresh lease id; all later writes by the worker are conditioned on it.
+-- The dedup key is released at the start of the run unless the type holds it
+-- until the end (dedup_scope 'active').
+WITH picked AS (
+  SELECT id FROM jobsd.jobs
+  WHERE status = 'queued'
+    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  ORDER BY created_at, id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED)
+UPDATE jobsd.jobs AS j
+SET status = 'running', started_at = now(), attempts = j.attempts + 1,
+    lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
+    dedup_key = CASE WHEN j.type = ANY(%(keep_dedup_types)s::text[]) THEN j.dedup_key END
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.*;
+
+-- name: jobs_heartbeat
+-- One statement for every job a daemon holds: stamp progress.updated_at and merge
+-- pending progress fields. Jobs whose lease changed are not returned: the worker
+-- lost them.
+UPDATE jobsd.jobs AS j
+SET progress = coalesce(j.progress, '{}'::jsonb) || coalesce(h.fields, '{}'::jsonb)
+               || jsonb_build_object('updated_at', now())
+FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(fields)s::jsonb[])
+     AS h(id, lease_id, fields)
+WHERE j.id = h.id AND j.lease_id = h.lease_id AND j.status = 'running'
+RETURNING j.id;
+
+-- name: jobs_finish_batch
+-- Write many outcomes in one statement, each conditioned on its lease. A result
+-- whose lease is gone is not applied and its id is not returned. An outcome may
+-- also be non-terminal (back to queued after an interrupted run): then the dedup
+-- key and run_after are kept and the lease is dropped.
+UPDATE jobsd.jobs AS j
+SET status = r.status, report = r.report, error = r.error, reason = r.reason,
+    progress = CASE WHEN r.progress IS NULL THEN j.progress
+                    ELSE coalesce(j.progress, '{}'::jsonb) || r.progress END,
+    finished_at = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN now() END,
+    dedup_key = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE j.dedup_key END,
+    lease_id = CASE WHEN r.status = 'running' THEN j.lease_id
+                    WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN j.lease_id END,
+    run_after = coalesce(r.run_after, j.run_after)
+FROM jsonb_to_recordset(%(results)s::jsonb)
+     AS r(id uuid, lease_id uuid, status text, report jsonb, error text, reason text,
+          progress jsonb, run_after timestamptz)
+WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
+RETURNING j.*;
+
+-- name: jobs_sweep_stale
+-- Rescue running jobs whose heartbeat (else start) is older than the threshold:
+-- back to queued while attempts remain, else failed for good. Types the sweeper
+-- does not know get the default max_attempts.
+WITH stale AS (
+  SELECT j.id, j.type, j.attempts FROM jobsd.jobs AS j
+  WHERE j.status = 'running'
+    AND coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+        < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_after_s)s)
+  FOR UPDATE SKIP LOCKED),
+decided AS (
+  SELECT s.id, s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s) AS requeue
+  FROM stale AS s
+  LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[]) AS l(type, max_attempts)
+    ON l.type = s.type)
+UPDATE jobsd.jobs AS j
+SET status = CASE WHEN d.requeue THEN 'queued' ELSE 'failed' END,
+    reason = CASE WHEN d.requeue THEN 'stale heartbeat' ELSE 'max attempts exceeded' END,
+    error = CASE WHEN d.requeue THEN j.error ELSE 'max attempts exceeded' END,
+    finished_at = CASE WHEN d.requeue THEN NULL ELSE now() END,
+    dedup_key = CASE WHEN d.requeue THEN j.dedup_key END,
+    lease_id = NULL
+FROM decided AS d
+WHERE j.id = d.id
+RETURNING j.*;
+
+-- name: jobs_promote_due
+-- Scheduled jobs whose time has come become queued (the requeue trigger notifies);
+-- also say when the next one is due, so the claimer can sleep until then.
+WITH due AS (
+  SELECT id FROM jobsd.jobs
+  WHERE status = 'scheduled' AND run_after <= coalesce(%(now)s::timestamptz, now())
+  ORDER BY run_after
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED),
+promoted AS (
+  UPDATE jobsd.jobs AS j SET status = 'queued', reason = 'due'
+  FROM due WHERE j.id = due.id
+  RETURNING j.id)
+SELECT (SELECT count(*) FROM promoted) AS promoted,
+       (SELECT min(run_after) FROM jobsd.jobs
+        WHERE status = 'scheduled'
+          AND run_after > coalesce(%(now)s::timestamptz, now())) AS next_due;
