@@ -94,9 +94,28 @@ def run(slots: int | None) -> None:
     from jobsd.worker.supervisor import run_daemon
 
     settings = load_settings(slots=slots)
-    _require_url(settings)
+    url = _require_url(settings)
     setup_logging(settings.log_level, settings.log_format)
+    _check_schema(url)
     run_daemon(settings)
+
+
+def _check_schema(url: str) -> None:
+    """Refuse to start on a database whose schema is behind; tolerate one that is down."""
+    import logging
+
+    from jobsd.errors import BackendUnavailable, MigrationError
+    from jobsd.store.migrate import migration_status_sync
+
+    try:
+        pending = [m.name for m in migration_status_sync(url) if not m.applied]
+    except BackendUnavailable as exc:
+        logging.getLogger("jobsd.cli").warning("daemon.schema_unchecked", extra={"error": str(exc)})
+        return
+    if pending:
+        raise MigrationError(
+            f"database schema is behind ({', '.join(pending)} pending): run `jobsd migrate`"
+        )
 
 
 @main.command()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
@@ -26,6 +26,7 @@ __all__ = [
     "AsyncPool",
     "SyncConn",
     "SyncPool",
+    "acquire",
     "db_errors",
     "make_async_pool",
     "make_sync_pool",
@@ -101,6 +102,14 @@ def db_errors(operation: str) -> Iterator[None]:
         raise BackendUnavailable(f"{operation} failed: connection unusable ({exc})") from exc
     except psycopg.Error as exc:
         raise DatabaseError(f"{operation} failed: {exc}") from exc
+
+
+@asynccontextmanager
+async def acquire(pool: AsyncPool, operation: str) -> AsyncIterator[AsyncConn]:
+    """Take a pooled connection; a pool timeout becomes BackendUnavailable naming ``operation``."""
+    with db_errors(operation):
+        async with pool.connection() as conn:
+            yield conn
 
 
 def _queue_from_detail(detail: str | None) -> str:

@@ -22,7 +22,7 @@ from jobsd.models import Job
 from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, transient_retries
+from jobsd.store.db import AsyncPool, acquire, transient_retries
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.waker import Waker
@@ -77,7 +77,7 @@ class Claimer:
         jobs: list[Job] = []
         async for attempt in transient_retries("claim"):
             with attempt:
-                async with self.pool.connection() as conn:
+                async with acquire(self.pool, "claim") as conn:
                     jobs = await queries.claim_batch(
                         conn,
                         limit=want,
@@ -97,7 +97,7 @@ class Claimer:
         self._last_promote = time.monotonic()
         async for attempt in transient_retries("promote"):
             with attempt:
-                async with self.pool.connection() as conn:
+                async with acquire(self.pool, "promotion") as conn:
                     result = await queries.promote_due(conn)
         if result.next_due is None:
             self._next_due = None

@@ -20,7 +20,7 @@ import anyio
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.models import Job
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, transient_retries
+from jobsd.store.db import AsyncPool, acquire, transient_retries
 from jobsd.worker.executor import Outcome, failure
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.stats import DaemonStats
@@ -98,7 +98,7 @@ class Completer:
     async def _write(self, batch: list[_Result]) -> None:
         rows = [_finish_row(r) for r in batch]
         try:
-            async with self.pool.connection() as conn:
+            async with acquire(self.pool, "finish") as conn:
                 written = await queries.finish_batch(conn, rows)
         except BackendUnavailable:
             raise
@@ -117,7 +117,7 @@ class Completer:
             "completer.result_rejected", extra={"job_id": str(result.held.job.id)}, exc_info=True
         )
         replacement = failure("the job's result could not be stored", reason="result rejected")
-        async with self.pool.connection() as conn:
+        async with acquire(self.pool, "finish") as conn:
             return await queries.finish_batch(
                 conn, [_finish_row(_Result(result.held, replacement))]
             )

@@ -17,7 +17,7 @@ import anyio
 from jobsd.errors import BackendUnavailable
 from jobsd.settings import Settings
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool
+from jobsd.store.db import AsyncPool, acquire
 from jobsd.worker.holdings import Holdings
 
 __all__ = ["Heartbeat"]
@@ -62,7 +62,7 @@ class Heartbeat:
                 self._last_beat = now
             return 0
         try:
-            async with self.pool.connection() as conn:
+            async with acquire(self.pool, "heartbeat") as conn:
                 alive = await queries.heartbeat(conn, rows)
         except BackendUnavailable:
             for job_id, fields in taken.items():

@@ -23,7 +23,7 @@ from jobsd.models import Job
 from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool
+from jobsd.store.db import AsyncPool, acquire
 from jobsd.worker.stats import DaemonStats
 
 __all__ = ["Sweeper"]
@@ -50,7 +50,7 @@ class Sweeper:
 
     async def run_once(self, *, now: datetime | None = None) -> Counter[str]:
         """Do one pass; return how many jobs went to each status. Safe to repeat."""
-        async with self.pool.connection() as conn:
+        async with acquire(self.pool, "sweep") as conn:
             jobs = await queries.sweep_stale(
                 conn,
                 worker_id=self.settings.worker_id,
