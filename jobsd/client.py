@@ -129,7 +129,8 @@ def enqueue_plan(spec: JobSpec) -> Plan:
         rows = yield Statement("jobs_insert", spec.insert_params())
         if rows:
             return Job.from_row(rows[0])
-        if spec.id_may_exist:
+        # Without a dedup key only the id can have conflicted (a re-sent spec).
+        if spec.id_may_exist or spec.dedup_key is None:
             rows = yield Statement("jobs_get", {"id": spec.id})
             if rows:
                 existing = Job.from_row(rows[0])
@@ -246,13 +247,15 @@ class Client:
         await self._open()
         sent = False
         for attempt in range(1, _CONNECTION_TRIES + 1):
+            connected = False
             try:
                 with db_errors(operation):
                     async with self._pool.connection() as own:
-                        sent = True
+                        connected = sent = True
                         return await run_plan(own, enqueue_plan(spec), operation)
             except BackendUnavailable as exc:
-                if attempt == _CONNECTION_TRIES:
+                # No connection within the pool timeout: the pool already retried, answer now.
+                if attempt == _CONNECTION_TRIES or not connected:
                     raise _final_error(spec, exc, sent) from exc.__cause__
                 # Whatever happened, the same id makes the next attempt safe.
                 spec = replace(spec, id_may_exist=True)
@@ -260,13 +263,17 @@ class Client:
         raise AssertionError("unreachable")
 
     async def enqueue_many(self, specs: Sequence[JobSpec]) -> list[Job]:
-        """Create many jobs in one statement; return them in order (existing ones on hits)."""
+        """Create many jobs in one statement; return them in order (existing ones on hits).
+
+        All or nothing: one transaction, so an error leaves none of the jobs behind.
+        Sending the same specs again (after an ambiguous failure) returns the same jobs.
+        """
         if not specs:
             return []
         await self._open()
         operation = f"bulk enqueue of {len(specs)} jobs"
         with db_errors(operation):
-            async with self._pool.connection() as conn:
+            async with self._pool.connection() as conn, conn.transaction():
                 names = sorted({s.queue for s in specs})
                 found = await queries.run_named(conn, "queues_existing", {"names": names})
                 missing = set(names) - {r["name"] for r in found}
@@ -277,8 +284,9 @@ class Client:
                 result = []
                 for spec in specs:
                     job = inserted.get(spec.id)
-                    if job is None:  # conflict: resolve it like a single enqueue
-                        job = await run_plan(conn, enqueue_plan(spec), operation)
+                    if job is None:  # conflict on the id or the key: resolve it like one enqueue
+                        plan = enqueue_plan(replace(spec, id_may_exist=True))
+                        job = await run_plan(conn, plan, operation)
                     result.append(job)
                 return result
 
@@ -388,12 +396,13 @@ class SyncClient:
         self._open()
         sent = False
         for attempt in range(1, _CONNECTION_TRIES + 1):
+            connected = False
             try:
                 with db_errors(operation), self._pool.connection() as own:
-                    sent = True
+                    connected = sent = True
                     return run_plan_sync(own, enqueue_plan(spec), operation)
             except BackendUnavailable as exc:
-                if attempt == _CONNECTION_TRIES:
+                if attempt == _CONNECTION_TRIES or not connected:
                     raise _final_error(spec, exc, sent) from exc.__cause__
                 spec = replace(spec, id_may_exist=True)
                 time.sleep(0.05 * attempt)
@@ -402,7 +411,7 @@ class SyncClient:
     def get(self, job_id: uuid.UUID | str, *, org_id: str | None = None) -> Job:
         """Read a job; with ``org_id``, a job of another org is reported as not found."""
         self._open()
-        with self._pool.connection() as conn, db_errors(f"read of job {job_id}"):
+        with db_errors(f"read of job {job_id}"), self._pool.connection() as conn:
             rows = queries.run_named_sync(conn, "jobs_get", {"id": uuid.UUID(str(job_id))})
         if not rows or (org_id is not None and rows[0]["org_id"] != org_id):
             raise JobNotFound(job_id)
@@ -411,7 +420,7 @@ class SyncClient:
     def events(self, job_id: uuid.UUID | str) -> list[JobEvent]:
         """Read the history of a job, oldest first."""
         self._open()
-        with self._pool.connection() as conn, db_errors(f"read of history of job {job_id}"):
+        with db_errors(f"read of history of job {job_id}"), self._pool.connection() as conn:
             rows = queries.run_named_sync(
                 conn, "job_events_for_job", {"id": uuid.UUID(str(job_id))}
             )

@@ -15,8 +15,11 @@ from jobsd.errors import InvalidPayload, PayloadTooLarge
 
 # an escaped NUL: \u0000 preceded by an even number of backslashes
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# a surrogate code point: never storable on its own (a pair in a str is two of them)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_REPLACEMENT = "\ufffd"
 
-__all__ = ["encode_object"]
+__all__ = ["encode_object", "storable_json", "storable_text"]
 
 
 def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
@@ -33,6 +36,8 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
         raise InvalidPayload(f"{what} is not valid JSON: {exc}") from exc
     except TypeError as exc:
         raise InvalidPayload(f"{what} is not JSON-serializable: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidPayload(f"{what} is nested too deeply to serialize") from exc
     if _ESCAPED_NUL.search(text):
         raise InvalidPayload(f"{what} contains a NUL character (\\u0000), which Postgres rejects")
     try:
@@ -42,3 +47,26 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
     if max_bytes is not None and size > max_bytes:
         raise PayloadTooLarge(f"{what} is {size} bytes, over the limit of {max_bytes} bytes")
     return text
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` with what Postgres cannot store (NUL, lone surrogates) replaced by U+FFFD.
+
+    For diagnostics (error messages, reasons) that must be written whatever they hold.
+    """
+    return _SURROGATE.sub(_REPLACEMENT, text.replace("\x00", _REPLACEMENT))
+
+
+def storable_json(value: Any) -> str:
+    """Serialize ``value`` for a jsonb or text column, replacing what Postgres cannot store.
+
+    Strings (keys too) lose NUL and lone surrogates as in ``storable_text``, so one odd
+    value cannot fail a statement that writes many jobs. Raises InvalidPayload for NaN,
+    infinities and values json cannot serialize.
+    """
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidPayload(f"value is not storable as JSON: {exc}") from exc
+    text = _ESCAPED_NUL.sub(lambda m: m.group(0)[:-6] + "\\ufffd", text)
+    return _SURROGATE.sub(_REPLACEMENT, text)

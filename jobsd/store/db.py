@@ -16,7 +16,8 @@ from tenacity import (
     RetryCallState,
     retry_if_exception_type,
     stop_never,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from jobsd.errors import BackendUnavailable, DatabaseError, InvalidPayload, UnknownQueue
@@ -134,7 +135,8 @@ def transient_retries(operation: str, *, max_wait_s: float = 5.0) -> AsyncRetryi
 
     return AsyncRetrying(
         retry=retry_if_exception_type(BackendUnavailable),
-        wait=wait_exponential_jitter(initial=0.05, max=max_wait_s, jitter=0.2),
+        # exponential from 50 ms up to max_wait_s, plus up to 200 ms of jitter
+        wait=wait_exponential(multiplier=0.05, max=max_wait_s) + wait_random(0, 0.2),
         stop=stop_never,
         before_sleep=_log,
         reraise=True,

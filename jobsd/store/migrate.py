@@ -68,13 +68,20 @@ def migrate_sync(database_url: str) -> list[str]:
                             "shipped migrations must never be edited"
                         )
                     continue
-                with conn.transaction():
-                    conn.execute(migration.sql.encode("utf-8"))
-                    conn.execute(
-                        "INSERT INTO jobsd.schema_migrations (version, name, checksum) "
-                        "VALUES (%s, %s, %s)",
-                        (migration.version, migration.name, _checksum(migration)),
-                    )
+                try:
+                    with conn.transaction():
+                        conn.execute(migration.sql.encode("utf-8"))
+                        conn.execute(
+                            "INSERT INTO jobsd.schema_migrations (version, name, checksum) "
+                            "VALUES (%s, %s, %s)",
+                            (migration.version, migration.name, _checksum(migration)),
+                        )
+                except psycopg.OperationalError:
+                    raise  # the connection went away: BackendUnavailable
+                except psycopg.Error as exc:
+                    raise MigrationError(
+                        f"migration {migration.name} failed and was rolled back: {exc}"
+                    ) from exc
                 log.info("migration.applied", extra={"migration": migration.name})
                 applied_now.append(migration.name)
         finally:

@@ -7,7 +7,6 @@ function opens its own dict-row cursor. Errors are translated here, with
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import dict_row
 
+from jobsd.jsonsafe import storable_json, storable_text
 from jobsd.models import Job, JobEvent
 from jobsd.store.db import db_errors
 from jobsd.store.sqlfiles import load_queries
@@ -116,7 +116,8 @@ async def heartbeat(
     params = {
         "ids": [r.job_id for r in rows],
         "lease_ids": [r.lease_id for r in rows],
-        "fields": [json.dumps(r.fields) if r.fields else None for r in rows],
+        # one job's odd progress text must not fail the heartbeat of every other job
+        "fields": [storable_json(r.fields) if r.fields else None for r in rows],
     }
     with db_errors(f"heartbeat of {len(rows)} jobs"):
         result = await run_named(conn, "jobs_heartbeat", params)
@@ -150,22 +151,38 @@ async def finish_batch(
     # raw JSON so they are not parsed and dumped again on the hot path.
     parts = []
     for r in rows:
-        head = json.dumps(
+        # an error message may hold NUL or lone surrogates (from a file name, say):
+        # replaced, so that one outcome cannot fail the write of the whole batch
+        head = storable_json(
             {
                 "id": str(r.job_id),
                 "lease_id": str(r.lease_id),
                 "status": r.status,
-                "error": r.error,
+                "error": _storable_error(r.error),
                 "reason": r.reason,
                 "progress": r.progress,
                 "run_after": r.run_after.isoformat() if r.run_after else None,
-            },
-            ensure_ascii=False,
+            }
         )
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
     with db_errors(f"finish of {len(rows)} jobs"):
         result = await run_named(conn, "jobs_finish_batch", {"results": f"[{','.join(parts)}]"})
     return {r["id"]: Job.from_row(r) for r in result}
+
+
+# the CHECK on jobsd.jobs.error
+_ERROR_MAX_BYTES = 2048
+
+
+def _storable_error(text: str | None) -> str | None:
+    """Make an error message fit the error column: storable characters, at most 2 KiB."""
+    if text is None:
+        return None
+    clean = storable_text(text)
+    data = clean.encode("utf-8")
+    if len(data) <= _ERROR_MAX_BYTES:
+        return clean
+    return data[:_ERROR_MAX_BYTES].decode("utf-8", "ignore")
 
 
 async def sweep_stale(

@@ -6,8 +6,10 @@
 CREATE SCHEMA IF NOT EXISTS jobsd;
 
 -- UUIDv7 ids made by the database: Postgres 18 has uuidv7(); older servers get
--- the same layout built here (48-bit Unix milliseconds, version 7, variant 10xx,
--- random rest), so ids sort by creation time on every supported version.
+-- the same layout built here: 48-bit Unix milliseconds, version 7, 12 bits of
+-- sub-millisecond fraction, variant 10, 62 random bits (jobsd.ids.uuid7 in Python
+-- makes the same). Ids made a microsecond or more apart sort by creation time,
+-- whichever side made them.
 DO $body$
 BEGIN
   IF EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -18,12 +20,12 @@ BEGIN
     EXECUTE $f$CREATE FUNCTION jobsd.uuidv7() RETURNS uuid
       LANGUAGE sql VOLATILE PARALLEL SAFE AS $sql$
         SELECT encode(
-          set_bit(set_bit(
-            overlay(uuid_send(gen_random_uuid())
-                    PLACING substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
-                    FROM 1 FOR 6),
-            52, 1), 53, 1),
+          overlay(uuid_send(gen_random_uuid())
+                  PLACING int8send(((t.us / 1000) << 16) | x'7000'::int
+                                   | ((t.us % 1000) * 4096 / 1000))
+                  FROM 1 FOR 8),
           'hex')::uuid
+        FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us) AS t
       $sql$$f$;
   END IF;
 END

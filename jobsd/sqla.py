@@ -1,0 +1,174 @@
+"""The SQLAlchemy side of jobsd: table definitions to read and join, and enqueue in a Session.
+
+The tables mirror ``sql/migrations`` (a test compares them with the real schema); they
+are for reading and joining in a host app, not for creating the schema: run
+``jobsd migrate`` for that, since the triggers that write the history and send the
+wake-ups exist only in the migrations.
+
+``enqueue`` joins the Session's current transaction: nothing is committed by jobsd, so
+the job exists exactly when the app's own rows do. It needs the psycopg (v3) driver,
+e.g. an engine URL ``postgresql+psycopg://...``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy import (
+    TIMESTAMP,
+    BigInteger,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Session
+
+from jobsd.client import JobSpec, enqueue_plan, run_plan_sync
+from jobsd.errors import ConfigError
+from jobsd.models import Job, JobStatus
+from jobsd.settings import Settings
+
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "enqueue", "job_events", "jobs", "metadata", "queues"]
+
+DEFAULT_MAX_PAYLOAD_BYTES: int = Settings.model_fields["max_payload_bytes"].default
+
+metadata = MetaData(schema="jobsd")
+
+_TIMESTAMPTZ = TIMESTAMP(timezone=True)
+_STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    CheckConstraint(r"name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'", name="queues_name_check"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("jobsd.uuidv7()")),
+    Column("org_id", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column(
+        "queue",
+        Text,
+        ForeignKey("jobsd.queues.name", name="jobs_queue_fkey"),
+        nullable=False,
+        server_default=text("'default'"),
+    ),
+    Column("status", Text, nullable=False, server_default=text("'queued'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("dedup_key", Text),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("progress", JSONB),
+    Column("report", JSONB),
+    Column("error", Text),
+    Column("reason", Text),
+    Column("run_after", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("lease_id", UUID(as_uuid=True)),
+    Column("worker_id", Text),
+    Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("started_at", _TIMESTAMPTZ),
+    Column("finished_at", _TIMESTAMPTZ),
+    CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
+    CheckConstraint("attempts >= 0", name="jobs_attempts_check"),
+    CheckConstraint("octet_length(error) <= 2048", name="jobs_error_check"),
+    UniqueConstraint("org_id", "dedup_key", name="jobs_org_dedup_key_key"),
+)
+
+Index("jobs_org_type_created_idx", jobs.c.org_id, jobs.c.type, jobs.c.created_at.desc())
+Index(
+    "jobs_active_idx",
+    jobs.c.status,
+    jobs.c.created_at,
+    postgresql_where=jobs.c.status.in_(["queued", "running"]),
+)
+Index(
+    "jobs_claim_idx",
+    jobs.c.created_at,
+    jobs.c.id,
+    postgresql_where=jobs.c.status == "queued",
+)
+Index("jobs_scheduled_idx", jobs.c.run_after, postgresql_where=jobs.c.status == "scheduled")
+# 0002_api_tokens: an org's jobs in creation order, for the API's paginated list
+Index("jobs_org_created_idx", jobs.c.org_id, jobs.c.created_at, jobs.c.id)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column(
+        "job_id",
+        UUID(as_uuid=True),
+        ForeignKey("jobsd.jobs.id", name="job_events_job_id_fkey", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("org_id", Text, nullable=False),
+    Column("from_status", Text),
+    Column("to_status", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("worker_id", Text),
+    Column("reason", Text),
+    Column("at", _TIMESTAMPTZ, nullable=False, server_default=text("clock_timestamp()")),
+)
+
+Index("job_events_job_idx", job_events.c.job_id, job_events.c.id)
+
+
+def enqueue(
+    session: Session,
+    type: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    org_id: str,
+    queue: str = "default",
+    dedup_key: str | None = None,
+    run_after: datetime | None = None,
+    job_id: uuid.UUID | str | None = None,
+    max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Job:
+    """Create a job in the Session's transaction; return it, or the existing one on a hit.
+
+    Nothing is committed here: the job exists when the Session commits and is gone if
+    it rolls back. Raises ConfigError when the Session's driver is not psycopg (v3),
+    and otherwise what ``Client.enqueue`` raises.
+    """
+    spec = JobSpec.build(
+        type,
+        payload,
+        org_id=org_id,
+        queue=queue,
+        dedup_key=dedup_key,
+        run_after=run_after,
+        job_id=job_id,
+        max_payload_bytes=max_payload_bytes,
+    )
+    raw = _psycopg_connection(session)
+    return run_plan_sync(raw, enqueue_plan(spec), f"enqueue of {type!r} into queue {queue!r}")
+
+
+def _psycopg_connection(session: Session) -> psycopg.Connection[Any]:
+    """Return the psycopg connection under the Session's current transaction."""
+    connection = session.connection()
+    raw = connection.connection.driver_connection
+    if not isinstance(raw, psycopg.Connection):
+        dialect = connection.dialect
+        raise ConfigError(
+            "jobsd.sqla.enqueue needs the psycopg (v3) driver, but this Session uses "
+            f"{dialect.name}+{dialect.driver}: use an engine URL 'postgresql+psycopg://...'"
+        )
+    return raw
