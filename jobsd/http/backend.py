@@ -1,0 +1,166 @@
+"""What the API's routes stand on: the client, a pool, the LISTEN waiter and the loop monitor.
+
+One ``ApiBackend`` per app (or per mounted router). Its lifespan opens everything
+without waiting for the database, so the API comes up (and says 503) while Postgres
+is down. Submissions go through ``jobsd.Client`` (its retry and "outcome unknown"
+logic); reads, cancels and introspection use a pool of their own, so the API never
+takes connections from an attached daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+
+from jobsd.client import Client
+from jobsd.errors import BackendUnavailable, ConfigError
+from jobsd.http.monitor import LoopMonitor
+from jobsd.http.problems import problem
+from jobsd.http.protocols import DaemonView
+from jobsd.http.settings import HttpSettings
+from jobsd.http.waiter import DoneWaiter
+from jobsd.settings import Settings
+from jobsd.store.db import AsyncConn, AsyncPool, acquire, make_async_pool
+
+__all__ = ["ApiBackend"]
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class ApiBackend:
+    """The API's connections and background tasks, opened by ``lifespan``."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        http: HttpSettings | None = None,
+        *,
+        daemon: DaemonView | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.http = http or HttpSettings()
+        self.daemon = daemon
+        self.monitor = LoopMonitor()
+        self.started_monotonic = time.monotonic()
+        self._client: Client | None = None
+        self._pool: AsyncPool | None = None
+        self._waiter: DoneWaiter | None = None
+        self._tg: TaskGroup | None = None
+        self._ready: anyio.Event | None = None
+
+    @property
+    def body_limit(self) -> int:
+        """Return the request body cap in bytes."""
+        return self.http.body_limit(self.settings.max_payload_bytes)
+
+    @property
+    def client(self) -> Client:
+        """Return the client that submits jobs."""
+        if self._client is None:
+            raise _not_started()
+        return self._client
+
+    @property
+    def pool(self) -> AsyncPool:
+        """Return the pool for reads, cancels and introspection."""
+        if self._pool is None:
+            raise _not_started()
+        return self._pool
+
+    @property
+    def waiter(self) -> DoneWaiter:
+        """Return the LISTEN waiter of long-polls."""
+        if self._waiter is None:
+            raise _not_started()
+        return self._waiter
+
+    @property
+    def started(self) -> bool:
+        """Say whether the lifespan has opened everything."""
+        return self._waiter is not None
+
+    async def wait_started(self) -> None:
+        """Wait until the lifespan has opened everything."""
+        if self._ready is None:
+            self._ready = anyio.Event()
+        if self.started:
+            return
+        await self._ready.wait()
+
+    def close_waits(self) -> None:
+        """Answer every long-poll now, with the current state: the server is stopping."""
+        if self._waiter is not None:
+            self._waiter.close()
+
+    async def read(
+        self,
+        operation: str,
+        fn: Callable[Concatenate[AsyncConn, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Run ``fn(conn, ...)`` on a pooled connection; retry once on a dropped connection.
+
+        For idempotent work only: after a database restart the pool may hand out a
+        connection that died meanwhile, and one retry takes a fresh one.
+        """
+        try:
+            async with acquire(self.pool, operation) as conn:
+                return await fn(conn, *args, **kwargs)
+        except BackendUnavailable:
+            async with acquire(self.pool, operation) as conn:
+                return await fn(conn, *args, **kwargs)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
+        """Open the client, the pool and the waiter; close them on exit."""
+        url = self.settings.database_url
+        if not url:
+            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        client = Client(url, settings=self.settings)
+        pool = make_async_pool(
+            url,
+            name="api",
+            min_size=1,
+            max_size=self.settings.pool_size,
+            timeout_s=self.http.ready_timeout,
+        )
+        waiter = DoneWaiter(url)
+        await pool.open(wait=False)
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(waiter.run)
+                await tg.start(self.monitor.run)
+                self._client, self._pool, self._waiter = client, pool, waiter
+                if self._ready is None:
+                    self._ready = anyio.Event()
+                self._ready.set()
+                log.info("api.started")
+                try:
+                    yield
+                finally:
+                    waiter.close()
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.close()
+                await pool.close()
+            self._client = self._pool = self._waiter = None
+            log.info("api.stopped")
+
+
+def _not_started() -> Exception:
+    return problem(
+        503,
+        "not_started",
+        "the jobsd API has not started: include its router in an app whose lifespan runs",
+    )

@@ -1,0 +1,171 @@
+"""Liveness, readiness and the health report. No token: bind the address you trust.
+
+- ``/healthz``: the process answers and its event loop is not stalled.
+- ``/readyz``: the database answers, this API's LISTEN connection is up, and so is the
+  attached daemon's (when it listens). 503 otherwise.
+- ``/health``: figures that go bad before the jobs table does (pickup lag, dead
+  tuples, an old open transaction holding back vacuum, time since the last
+  notification), with warnings against thresholds from settings.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+from fastapi import APIRouter, Response
+
+from jobsd.errors import BackendUnavailable, DatabaseError
+from jobsd.http import queries
+from jobsd.http.backend import ApiBackend
+from jobsd.http.schemas import HealthReport, Liveness, Readiness
+
+__all__ = ["STALL_S", "health_router"]
+
+# a loop that has not ticked for this long is stalled
+STALL_S = 5.0
+
+
+def health_router(backend: ApiBackend) -> APIRouter:
+    """Build /healthz, /readyz and /health on ``backend``."""
+    router = APIRouter(tags=["health"])
+
+    @router.get(
+        "/healthz",
+        response_model=Liveness,
+        responses={503: {"model": Liveness, "description": "The event loop is stalled."}},
+        operation_id="healthz",
+        summary="Liveness: the process answers, its event loop is not stalled",
+    )
+    async def healthz(response: Response) -> Liveness:
+        age = backend.monitor.tick_age_s()
+        stalled = age > STALL_S
+        if stalled:
+            response.status_code = 503
+        return Liveness(
+            status="stalled" if stalled else "ok",
+            loop_lag_s=round(backend.monitor.worst_lag_s(), 4),
+            last_tick_age_s=round(age, 4),
+        )
+
+    @router.get(
+        "/readyz",
+        response_model=Readiness,
+        responses={503: {"model": Readiness, "description": "Not ready: see checks."}},
+        operation_id="readyz",
+        summary="Readiness: database reachable, LISTEN connections up",
+    )
+    async def readyz(response: Response) -> Readiness:
+        checks = {
+            "database": await _database_ok(backend),
+            "listen": backend.started and backend.waiter.connected,
+        }
+        daemon = backend.daemon
+        if daemon is not None and daemon.settings.notify:
+            checks["daemon_listen"] = daemon.listener.connected
+        ready = all(checks.values())
+        if not ready:
+            response.status_code = 503
+        return Readiness(status="ready" if ready else "unavailable", checks=checks)
+
+    @router.get(
+        "/health",
+        response_model=HealthReport,
+        responses={503: {"model": HealthReport, "description": "The database is unavailable."}},
+        operation_id="health_report",
+        summary="Health report: early warnings about the jobs table and wake-ups",
+    )
+    async def health_report(response: Response) -> HealthReport:
+        report = await build_report(backend)
+        if report.status == "unavailable":
+            response.status_code = 503
+        return report
+
+    return router
+
+
+async def _database_ok(backend: ApiBackend) -> bool:
+    if not backend.started:
+        return False
+    with anyio.move_on_after(backend.http.ready_timeout):
+        try:
+            return await backend.read("readiness check", queries.ping)
+        except (BackendUnavailable, DatabaseError):
+            return False
+    return False
+
+
+def _age(monotonic: float | None) -> float | None:
+    return round(time.monotonic() - monotonic, 3) if monotonic is not None else None
+
+
+async def build_report(backend: ApiBackend) -> HealthReport:
+    """Gather the health figures and the warnings they raise."""
+    http = backend.http
+    row: dict[str, object] = {}
+    database = False
+    if backend.started:
+        with anyio.move_on_after(http.ready_timeout + 1):
+            try:
+                row = await backend.read(
+                    "health report", queries.health_row, timeout_s=http.ready_timeout
+                )
+                database = True
+            except (BackendUnavailable, DatabaseError):
+                database = False
+    daemon = backend.daemon
+    waiter_connected = backend.started and backend.waiter.connected
+    report = HealthReport.model_validate(
+        {
+            "status": "ok",
+            "warnings": [],
+            "database": database,
+            "oldest_queued_age_s": row.get("oldest_queued_age_s"),
+            "live_tuples": row.get("live_tuples"),
+            "dead_tuples": row.get("dead_tuples"),
+            "last_vacuum_at": row.get("last_vacuum_at"),
+            "oldest_xact_age_s": row.get("oldest_xact_age_s"),
+            "oldest_prepared_xact_age_s": row.get("oldest_prepared_xact_age_s"),
+            "last_notify_age_s": _age(daemon.stats.last_notify_monotonic) if daemon else None,
+            "last_done_notify_age_s": (
+                _age(backend.waiter.last_notify_monotonic) if backend.started else None
+            ),
+            "listen_connected": waiter_connected,
+            "slots": daemon.holdings.slots if daemon else None,
+            "slots_busy": daemon.holdings.running if daemon else None,
+        }
+    )
+    warnings = report.warnings
+    if not database:
+        warnings.append("database unavailable: no figures")
+        report.status = "unavailable"
+        return report
+    lag = report.oldest_queued_age_s
+    if lag is not None and lag > http.health_pickup_lag_warn:
+        warnings.append(
+            f"pickup lag: a queued job has waited {lag:.0f} s "
+            f"(over {http.health_pickup_lag_warn:g} s): too few slots, or no daemon for its queue"
+        )
+    dead = report.dead_tuples
+    if dead is not None and dead > http.health_dead_tuples_warn:
+        warnings.append(
+            f"jobsd.jobs holds {dead} dead tuples (over {http.health_dead_tuples_warn}): "
+            "vacuum is falling behind"
+        )
+    for field, what in (
+        ("oldest_xact_age_s", "a transaction"),
+        ("oldest_prepared_xact_age_s", "a prepared transaction"),
+    ):
+        age = getattr(report, field)
+        if age is not None and age > http.health_xact_age_warn:
+            warnings.append(
+                f"{what} has been open {age:.0f} s (over {http.health_xact_age_warn:g} s): "
+                "it holds back vacuum of the jobs table"
+            )
+    if not waiter_connected:
+        warnings.append("this API's LISTEN connection is down: long-polls end at their deadline")
+    if daemon is not None and daemon.settings.notify and not daemon.listener.connected:
+        warnings.append("the daemon's LISTEN connection is down: pickup falls back to polling")
+    if warnings:
+        report.status = "warn"
+    return report

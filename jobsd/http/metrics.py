@@ -1,0 +1,240 @@
+"""Prometheus metrics: the attached daemon's counters, queue depth, and the API's own.
+
+Each app has its own ``CollectorRegistry`` (never the global one), so several apps in
+one process (tests, a host application) do not collide. Queue depth is read from the
+database at scrape time, by one bounded query over partial indexes; daemon counters
+are read from the daemon's memory. A daemon's counters are its own since it started:
+with several daemons, sum them in Prometheus.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobsd.errors import BackendUnavailable, DatabaseError
+from jobsd.http import queries
+from jobsd.http.backend import ApiBackend
+from jobsd.http.protocols import RunTimesView
+
+__all__ = ["JobsdCollector", "RequestMetrics", "metrics_router"]
+
+log = logging.getLogger(__name__)
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class JobsdCollector(Collector):
+    """Export daemon counters, queue depth and API state at each scrape."""
+
+    def __init__(self, backend: ApiBackend) -> None:
+        self.backend = backend
+        self._depth: list[tuple[str, str, int]] | None = None
+
+    async def refresh(self) -> None:
+        """Read queue depth from the database (call before generating the exposition)."""
+        backend = self.backend
+        self._depth = None
+        if not backend.started:
+            return
+        try:
+            self._depth = await backend.read(
+                "queue depth", queries.queue_depth, timeout_s=backend.http.ready_timeout
+            )
+        except (BackendUnavailable, DatabaseError) as exc:
+            log.warning("metrics.depth_unavailable", extra={"error": str(exc)})
+
+    def collect(self) -> Iterable[Metric]:
+        """Yield the metric families."""
+        yield from self._api()
+        if self._depth is not None:
+            depth = GaugeMetricFamily(
+                "jobsd_queue_depth",
+                "Jobs queued, scheduled or running, by queue and state.",
+                labels=["queue", "status"],
+            )
+            for queue, status, count in self._depth:
+                depth.add_metric([queue, status], count)
+            yield depth
+        yield GaugeMetricFamily(
+            "jobsd_database_up",
+            "1 if the queue-depth query of this scrape succeeded.",
+            value=1 if self._depth is not None else 0,
+        )
+        yield from self._daemon()
+
+    def _api(self) -> Iterable[Metric]:
+        backend = self.backend
+        if not backend.started:
+            return
+        waiter = backend.waiter
+        yield GaugeMetricFamily(
+            "jobsd_api_listen_connected",
+            "1 if this API's LISTEN connection (finished jobs) is up.",
+            value=int(waiter.connected),
+        )
+        yield GaugeMetricFamily(
+            "jobsd_api_longpolls_waiting", "Requests waiting in ?wait=.", value=waiter.waiting
+        )
+        yield CounterMetricFamily(
+            "jobsd_api_done_notifications",
+            "Job-finished notifications received by this API.",
+            value=waiter.notifications,
+        )
+        yield CounterMetricFamily(
+            "jobsd_api_listen_reconnects",
+            "Reconnections of this API's LISTEN connection.",
+            value=waiter.reconnects,
+        )
+
+    def _daemon(self) -> Iterable[Metric]:
+        daemon = self.backend.daemon
+        if daemon is None:
+            return
+        stats = daemon.stats
+        claimed = CounterMetricFamily(
+            "jobsd_jobs_claimed", "Jobs claimed by this daemon, by type.", labels=["type"]
+        )
+        for type_, count in sorted(stats.claimed.items()):
+            claimed.add_metric([type_], count)
+        yield claimed
+        finished = CounterMetricFamily(
+            "jobsd_jobs_finished",
+            "Outcomes written by this daemon, by type and status.",
+            labels=["type", "status"],
+        )
+        for (type_, status), count in sorted(stats.finished.items()):
+            finished.add_metric([type_, status], count)
+        yield finished
+        yield CounterMetricFamily(
+            "jobsd_outcomes_discarded",
+            "Outcomes not written because the lease was lost.",
+            value=stats.discarded,
+        )
+        wakeups = CounterMetricFamily(
+            "jobsd_wakeups", "Claimer wake-ups, by cause.", labels=["cause"]
+        )
+        for cause, count in sorted(stats.wakeups.items()):
+            wakeups.add_metric([cause], count)
+        yield wakeups
+        yield CounterMetricFamily(
+            "jobsd_listen_reconnects",
+            "Reconnections of the daemon's LISTEN connection.",
+            value=stats.reconnects,
+        )
+        swept = CounterMetricFamily(
+            "jobsd_jobs_swept",
+            "Jobs rescued by this daemon's sweeper, by new status.",
+            labels=["status"],
+        )
+        for status, count in sorted(stats.swept.items()):
+            swept.add_metric([status], count)
+        yield swept
+        yield GaugeMetricFamily("jobsd_slots", "Slots of this daemon.", value=daemon.holdings.slots)
+        yield GaugeMetricFamily(
+            "jobsd_slots_busy", "Handlers running in this daemon.", value=daemon.holdings.running
+        )
+        yield GaugeMetricFamily(
+            "jobsd_listen_connected",
+            "1 if the daemon's LISTEN connection is up.",
+            value=int(daemon.listener.connected),
+        )
+        last = stats.last_notify_monotonic
+        yield GaugeMetricFamily(
+            "jobsd_seconds_since_last_notify",
+            "Time since the daemon last received a NOTIFY (NaN: none yet).",
+            value=(time.monotonic() - last) if last is not None else math.nan,
+        )
+        run_s = getattr(stats, "run_s", None)
+        if isinstance(run_s, RunTimesView):
+            yield _histogram(run_s)
+
+
+def _histogram(run_s: RunTimesView) -> Metric:
+    family = HistogramMetricFamily(
+        "jobsd_job_run_seconds", "Handler run time, by type.", labels=["type"]
+    )
+    bounds: Sequence[float] = run_s.bounds_s
+    for type_, counts in sorted(run_s.counts.items()):
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, count in zip([*bounds, math.inf], counts, strict=False):
+            cumulative += count
+            buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), cumulative))
+        family.add_metric([type_], buckets, sum_value=run_s.sums_s.get(type_, 0.0))
+    return family
+
+
+class RequestMetrics:
+    """ASGI middleware counting requests by method, route template and status."""
+
+    def __init__(self, app: ASGIApp, counter: Counter) -> None:
+        self.app = app
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            self.counter.labels(method, route, str(status)).inc()
+
+
+def request_counter(registry: CollectorRegistry) -> Counter:
+    """Create the request counter in ``registry``."""
+    return Counter(
+        "jobsd_http_requests",
+        "HTTP requests answered, by method, route and status.",
+        ["method", "route", "status"],
+        registry=registry,
+    )
+
+
+def metrics_router(backend: ApiBackend, registry: CollectorRegistry) -> APIRouter:
+    """Build /metrics; register the jobsd collector in ``registry``."""
+    collector = JobsdCollector(backend)
+    registry.register(collector)
+    router = APIRouter(tags=["health"])
+
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "Prometheus text exposition format.",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+        operation_id="metrics",
+        summary="Prometheus metrics",
+    )
+    async def metrics() -> Response:
+        await collector.refresh()
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

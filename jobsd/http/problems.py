@@ -1,0 +1,142 @@
+"""Turn jobsd errors into HTTP answers, and declare those answers in the OpenAPI schema.
+
+Errors are raised as ``HTTPException`` (body ``{"detail": {"code", "message"}}``) or,
+for a bad field, as ``RequestValidationError`` (FastAPI's own 422 shape, pointing at
+the field). Both are handled by every FastAPI app, so the router behaves the same
+inside a host application.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import HTTPException, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobsd.errors import BackendUnavailable, DatabaseError, OutcomeUnknown
+from jobsd.http.schemas import ErrorOut
+
+__all__ = [
+    "RETRY_AFTER_S",
+    "AsciiJSONResponse",
+    "database_error",
+    "db_unavailable",
+    "field_error",
+    "http_error_handler",
+    "problem",
+    "responses",
+    "store_errors",
+    "validation_error_handler",
+]
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1
+
+_DESCRIPTIONS = {
+    401: "Missing, unknown or revoked bearer token.",
+    404: "No such job in this org (a job of another org is not found either).",
+    409: "The request conflicts with the job's state.",
+    413: "The request body or the payload is larger than the configured cap.",
+    503: "The database is unavailable: nothing was done (or, with code outcome_unknown, "
+    "retry with the same id).",
+}
+
+
+def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Declare error answers for a route's OpenAPI entry."""
+    return {code: {"model": ErrorOut, "description": _DESCRIPTIONS[code]} for code in codes}
+
+
+def problem(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    job_id: uuid.UUID | None = None,
+    headers: dict[str, str] | None = None,
+) -> HTTPException:
+    """Build an error answer."""
+    detail: dict[str, Any] = {"code": code, "message": message}
+    if job_id is not None:
+        detail["job_id"] = str(job_id)
+    return HTTPException(status_code=status, detail=detail, headers=headers)
+
+
+def field_error(loc: tuple[str, ...], message: str, code: str, value: Any = None) -> Exception:
+    """Build a 422 pointing at one field, in FastAPI's validation-error shape."""
+    return RequestValidationError([{"loc": loc, "msg": message, "type": code, "input": value}])
+
+
+def db_unavailable(exc: BackendUnavailable, *, job_id: uuid.UUID | None = None) -> HTTPException:
+    """Answer 503; ``outcome_unknown`` when a submission may or may not have committed."""
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    if isinstance(exc, OutcomeUnknown):
+        return problem(
+            503,
+            "outcome_unknown",
+            "the database connection dropped during the commit: retry with the same id",
+            job_id=job_id,
+            headers=headers,
+        )
+    return problem(503, "database_unavailable", str(exc), headers=headers)
+
+
+@contextmanager
+def store_errors(operation: str) -> Iterator[None]:
+    """Answer 503 for database errors raised inside the block."""
+    try:
+        yield
+    except BackendUnavailable as exc:
+        log.warning("api.database_unavailable", extra={"operation": operation, "error": str(exc)})
+        raise db_unavailable(exc) from exc
+    except DatabaseError as exc:
+        log.error("api.database_error", extra={"operation": operation}, exc_info=True)
+        raise database_error(exc) from exc
+
+
+def database_error(exc: DatabaseError) -> HTTPException:
+    """Answer 503 for a database error that is not a lost connection (e.g. a timeout)."""
+    return problem(503, "database_error", str(exc), headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+class AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: a lone surrogate echoed from the input stays encodable."""
+
+    def render(self, content: Any) -> bytes:
+        """Serialize ``content`` as ASCII JSON."""
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+async def validation_error_handler(request: Request, exc: Exception) -> Response:
+    """Answer 422 like FastAPI does, but never fail on input that cannot be encoded as UTF-8."""
+    assert isinstance(exc, RequestValidationError)
+    return AsciiJSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+
+
+async def http_error_handler(request: Request, exc: Exception) -> Response:
+    """Answer HTTP errors like FastAPI does, except a body that is not JSON text at all.
+
+    FastAPI answers 400 when the body cannot even be decoded (e.g. not UTF-8) but 422
+    when it is malformed JSON; both are malformed JSON to a client, so both are 422.
+    """
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+        error = {
+            "type": "json_invalid",
+            "loc": ["body"],
+            "msg": "JSON decode error",
+            "input": {},
+            "ctx": {"error": str(exc.__cause__)[:200]},
+        }
+        return AsciiJSONResponse({"detail": [error]}, status_code=422)
+    return await http_exception_handler(request, exc)

@@ -1,0 +1,140 @@
+"""One typed function per named query of ``sql/queries/api.sql`` (jobs as one org sees them).
+
+Every function takes a connection from the API's pool and translates psycopg errors
+with ``db_errors``, naming the operation and the id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from jobsd.models import Job, JobStatus
+from jobsd.store.db import db_errors
+from jobsd.store.queries import run_named
+
+__all__ = [
+    "CancelResult",
+    "Cursor",
+    "cancel_job",
+    "get_job_row",
+    "health_row",
+    "job_status",
+    "list_job_rows",
+    "ping",
+    "queue_depth",
+]
+
+Row = dict[str, Any]
+# the actor recorded in job_events for changes made through the API
+API_ACTOR = "api"
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A keyset position in the newest-first list: the last job shown."""
+
+    created_at: datetime
+    id: uuid.UUID
+
+
+async def get_job_row(
+    conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
+) -> Row | None:
+    """Read one job of one org with its history (``h_*`` arrays), or None."""
+    with db_errors(f"read of job {job_id}"):
+        rows = await run_named(conn, "api_jobs_get", {"id": job_id, "org_id": org_id})
+    return rows[0] if rows else None
+
+
+async def job_status(
+    conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
+) -> JobStatus | None:
+    """Read only the status of one job of one org, or None."""
+    with db_errors(f"read of the status of job {job_id}"):
+        rows = await run_named(conn, "api_jobs_status", {"id": job_id, "org_id": org_id})
+    return JobStatus(rows[0]["status"]) if rows else None
+
+
+async def list_job_rows(
+    conn: psycopg.AsyncConnection[Any],
+    org_id: str,
+    *,
+    after: Cursor | None,
+    status: JobStatus | None,
+    type: str | None,
+    queue: str | None,
+    limit: int,
+) -> list[Row]:
+    """List up to ``limit`` jobs of an org, newest first, older than ``after``."""
+    params = {
+        "org_id": org_id,
+        "before_created_at": after.created_at if after else "infinity",
+        "before_id": after.id if after else uuid.UUID(int=(1 << 128) - 1),
+        "status": str(status) if status else None,
+        "type": type,
+        "queue": queue,
+        "limit": limit,
+    }
+    with db_errors(f"listing of the jobs of org {org_id!r}"):
+        return await run_named(conn, "api_jobs_list", params)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """The job after a cancel request, and whether this request cancelled it."""
+
+    job: Job | None
+    cancelled_now: bool
+
+
+async def cancel_job(
+    conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
+) -> CancelResult:
+    """Cancel a job that has not started; else return it as it is (None: no such job)."""
+    with db_errors(f"cancel of job {job_id}"):
+        async with conn.transaction():
+            await run_named(conn, "admin_set_actor", {"worker_id": API_ACTOR})
+            rows = await run_named(conn, "api_jobs_cancel", {"id": job_id, "org_id": org_id})
+            if rows:
+                return CancelResult(Job.from_row(rows[0]), cancelled_now=True)
+            rows = await run_named(conn, "api_jobs_get", {"id": job_id, "org_id": org_id})
+    return CancelResult(Job.from_row(rows[0]) if rows else None, cancelled_now=False)
+
+
+async def _bounded(conn: psycopg.AsyncConnection[Any], name: str, timeout_s: float) -> list[Row]:
+    async with conn.transaction():
+        timeout_ms = str(max(int(timeout_s * 1000), 1))
+        await run_named(conn, "api_set_statement_timeout", {"timeout_ms": timeout_ms})
+        return await run_named(conn, name, {})
+
+
+async def queue_depth(
+    conn: psycopg.AsyncConnection[Any], *, timeout_s: float
+) -> list[tuple[str, str, int]]:
+    """Count queued, scheduled and running jobs by queue (zeros included)."""
+    with db_errors("queue depth"):
+        rows = await _bounded(conn, "api_jobs_depth", timeout_s)
+    return [(r["queue"], r["status"], int(r["jobs"])) for r in rows]
+
+
+async def health_row(conn: psycopg.AsyncConnection[Any], *, timeout_s: float) -> Row:
+    """Read the health report's figures (see ``api_health_report``)."""
+    with db_errors("health report"):
+        rows = await _bounded(conn, "api_health_report", timeout_s)
+    row = dict(rows[0]) if rows else {}
+    for key in ("oldest_queued_age_s", "oldest_xact_age_s", "oldest_prepared_xact_age_s"):
+        if row.get(key) is not None:
+            row[key] = max(float(row[key]), 0.0)
+    return row
+
+
+async def ping(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Run a trivial query."""
+    with db_errors("ping"):
+        rows = await run_named(conn, "api_ping", {})
+    return bool(rows)

@@ -1,0 +1,274 @@
+"""The jobs endpoints: submit, read (and long-poll), list, cancel; every one scoped by org.
+
+The org comes from a dependency: the bearer token in jobsd's own app, or whatever the
+host application already knows when it mounts ``jobsd.http.router(org_dependency=...)``.
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the annotations of the
+# endpoints at runtime, and `Org` is local to `jobs_router`.
+
+import base64
+import binascii
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, assert_never
+
+import anyio
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import AfterValidator
+
+from jobsd.errors import (
+    BackendUnavailable,
+    DatabaseError,
+    DuplicateJob,
+    InvalidPayload,
+    PayloadTooLarge,
+    UnknownQueue,
+)
+from jobsd.http import queries
+from jobsd.http.backend import ApiBackend
+from jobsd.http.problems import (
+    database_error,
+    db_unavailable,
+    field_error,
+    problem,
+    responses,
+    store_errors,
+)
+from jobsd.http.schemas import (
+    QUEUE_PATTERN,
+    JobDetail,
+    JobIn,
+    JobOut,
+    JobPage,
+    JobSummary,
+    pg_text,
+)
+from jobsd.ids import uuid7
+from jobsd.models import JobStatus
+
+__all__ = ["decode_cursor", "encode_cursor", "jobs_router"]
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 200
+
+
+def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
+    """Return the opaque cursor that resumes a listing after this job."""
+    raw = f"{created_at.isoformat()}|{job_id}".encode("ascii")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_cursor(cursor: str) -> queries.Cursor:
+    """Read a cursor made by ``encode_cursor``; raise ValueError for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        when, _, job_id = raw.partition("|")
+        created_at = datetime.fromisoformat(when)
+        if created_at.tzinfo is None:
+            raise ValueError("naive time")
+        return queries.Cursor(created_at, uuid.UUID(job_id))
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError("invalid cursor: pass next_cursor from the previous page") from exc
+
+
+def jobs_router(
+    backend: ApiBackend, org_dependency: Callable[..., Any], *, with_lifespan: bool
+) -> APIRouter:
+    """Build the jobs endpoints on ``backend``; ``org_dependency`` returns the caller's org id.
+
+    With ``with_lifespan`` the router carries the backend's lifespan, which FastAPI
+    merges into the lifespan of the app that includes it.
+    """
+    router = APIRouter(tags=["jobs"], lifespan=backend.lifespan if with_lifespan else None)
+    Org = Annotated[str, Depends(org_dependency)]
+
+    @router.post(
+        "/jobs",
+        status_code=202,
+        response_model=JobOut,
+        responses=responses(409, 413, 503),
+        operation_id="submit_job",
+        summary="Submit a job",
+        description="Answers 202 once the job is committed, whatever the workers are doing. "
+        "With a client `id`, a retried submission returns the same job, never a second one; "
+        "with a `dedup_key` held by a pending job of the org, that job is returned.",
+    )
+    async def submit_job(body: JobIn, org_id: Org, request: Request, response: Response) -> JobOut:
+        job_id = body.id or uuid7()
+        try:
+            job = await backend.client.enqueue(
+                body.type,
+                body.payload,
+                org_id=org_id,
+                queue=body.queue,
+                dedup_key=body.dedup_key,
+                run_after=body.run_after,
+                job_id=job_id,
+            )
+        except UnknownQueue as exc:
+            raise field_error(("body", "queue"), str(exc), "unknown_queue", body.queue) from exc
+        except PayloadTooLarge as exc:
+            raise problem(413, "payload_too_large", str(exc)) from exc
+        except InvalidPayload as exc:
+            raise field_error(("body", "payload"), str(exc), "invalid_payload") from exc
+        except DuplicateJob as exc:
+            raise problem(
+                409, "id_in_use", f"job id {job_id} is already in use: choose another id"
+            ) from exc
+        except BackendUnavailable as exc:
+            log.warning("api.submit_unavailable", extra={"job_id": job_id, "error": str(exc)})
+            raise db_unavailable(exc, job_id=job_id) from exc
+        except DatabaseError as exc:
+            log.error("api.submit_failed", extra={"job_id": job_id}, exc_info=True)
+            raise database_error(exc) from exc
+        response.headers["Location"] = str(request.url_for("get_job", job_id=str(job.id)))
+        return JobOut.from_job(job)
+
+    @router.get(
+        "/jobs",
+        response_model=JobPage,
+        responses=responses(503),
+        operation_id="list_jobs",
+        summary="List the org's jobs, newest first",
+        description="Keyset-paginated: pass `next_cursor` as `cursor` for the next page. "
+        "Items leave out payload and report (read them with GET /jobs/{job_id}).",
+    )
+    async def list_jobs(
+        org_id: Org,
+        status: Annotated[JobStatus | None, Query(description="Only this state.")] = None,
+        type: Annotated[
+            str | None,
+            Query(max_length=200, description="Only this type."),
+            AfterValidator(pg_text),
+        ] = None,
+        queue: Annotated[
+            str | None, Query(pattern=QUEUE_PATTERN, description="Only this queue.")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 50,
+        cursor: Annotated[
+            str | None, Query(max_length=200, description="`next_cursor` of the previous page.")
+        ] = None,
+    ) -> JobPage:
+        after = None
+        if cursor is not None:
+            try:
+                after = decode_cursor(cursor)
+            except ValueError as exc:
+                raise field_error(("query", "cursor"), str(exc), "invalid_cursor", cursor) from exc
+        with store_errors("job listing"):
+            rows = await backend.read(
+                "job listing",
+                queries.list_job_rows,
+                org_id,
+                after=after,
+                status=status,
+                type=type,
+                queue=queue,
+                limit=limit + 1,
+            )
+        jobs = [JobSummary.from_row(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        next_cursor = encode_cursor(jobs[-1].created_at, jobs[-1].id) if more else None
+        return JobPage(jobs=jobs, next_cursor=next_cursor)
+
+    @router.get(
+        "/jobs/{job_id}",
+        response_model=JobDetail,
+        responses=responses(404, 503),
+        operation_id="get_job",
+        summary="Read a job and its history",
+        description="With `wait=S`, answers as soon as the job is terminal (succeeded, failed, "
+        "cancelled), woken by a database notification, or after S seconds (capped by "
+        "JOBSD_LONGPOLL_MAX) with the current state.",
+    )
+    async def get_job(
+        job_id: uuid.UUID,
+        org_id: Org,
+        wait: Annotated[
+            float | None,
+            Query(ge=0, allow_inf_nan=False, description="Long-poll for up to this many seconds."),
+        ] = None,
+    ) -> JobDetail:
+        with store_errors(f"read of job {job_id}"):
+            if wait:
+                await _wait_terminal(backend, job_id, org_id, min(wait, backend.http.longpoll_max))
+            row = await backend.read(f"read of job {job_id}", queries.get_job_row, job_id, org_id)
+        if row is None:
+            raise _not_found(job_id)
+        return JobDetail.from_row(row)
+
+    @router.post(
+        "/jobs/{job_id}/cancel",
+        response_model=JobOut,
+        responses=responses(404, 409, 503),
+        operation_id="cancel_job",
+        summary="Cancel a job that has not started",
+        description="A queued, scheduled or blocked job becomes cancelled at once (200; "
+        "repeating the request answers 200 again). A running or finished job: 409.",
+    )
+    async def cancel_job(job_id: uuid.UUID, org_id: Org) -> JobOut:
+        with store_errors(f"cancel of job {job_id}"):
+            result = await backend.read(
+                f"cancel of job {job_id}", queries.cancel_job, job_id, org_id
+            )
+        job = result.job
+        if job is None:
+            raise _not_found(job_id)
+        if result.cancelled_now:
+            log.info("api.cancelled", extra={"job_id": job_id, "org_id": org_id})
+        status = job.status
+        match status:
+            case JobStatus.CANCELLED:
+                return JobOut.from_job(job)
+            case JobStatus.RUNNING:
+                raise problem(
+                    409,
+                    "job_running",
+                    "the job is running: cancelling a running job is not supported yet",
+                )
+            case JobStatus.SUCCEEDED | JobStatus.FAILED:
+                raise problem(409, "job_finished", f"the job has already {status}")
+            case JobStatus.RECOVERY_REQUIRED:
+                raise problem(
+                    409,
+                    "job_recovery_required",
+                    "the job awaits an operator's decision (jobsd resolve), not a cancel",
+                )
+            case JobStatus.QUEUED | JobStatus.SCHEDULED | JobStatus.BLOCKED:
+                # it changed state while we looked: the caller may simply retry
+                raise problem(409, "job_changed", "the job changed state meanwhile: retry")
+            case _:
+                assert_never(status)
+
+    return router
+
+
+def _not_found(job_id: uuid.UUID) -> Exception:
+    return problem(404, "job_not_found", f"job {job_id} not found")
+
+
+async def _wait_terminal(
+    backend: ApiBackend, job_id: uuid.UUID, org_id: str, timeout_s: float
+) -> None:
+    """Return when the job is terminal, missing, or ``timeout_s`` has passed.
+
+    The watch is registered before the first read: a notification that arrives
+    between a read and the wait is not lost, it ends the next wait at once.
+    """
+    deadline = anyio.current_time() + timeout_s
+    waiter = backend.waiter
+    with waiter.watch(job_id) as watch:
+        while True:
+            status = await backend.read(
+                f"status of job {job_id}", queries.job_status, job_id, org_id
+            )
+            if status is None or status.terminal:
+                return
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0 or waiter.closing:
+                return
+            await watch.wait(remaining)

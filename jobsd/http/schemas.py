@@ -1,0 +1,252 @@
+"""The JSON shapes of the HTTP API (request bodies, responses, errors).
+
+Text that reaches Postgres is checked here, so the database never sees what it would
+reject (a NUL character, a lone surrogate, a date outside its range or ours): such
+input is a 422, never a 500.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
+
+from jobsd.models import Job, JobStatus
+
+__all__ = [
+    "QUEUE_PATTERN",
+    "ErrorOut",
+    "HealthReport",
+    "HistoryItem",
+    "JobDetail",
+    "JobIn",
+    "JobOut",
+    "JobPage",
+    "JobSummary",
+    "Liveness",
+    "Problem",
+    "Readiness",
+    "pg_text",
+]
+
+# the CHECK constraint of jobsd.queues.name
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$"
+
+
+def pg_text(value: str) -> str:
+    """Refuse text Postgres cannot store: the NUL character and lone surrogates."""
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+JobType = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(pg_text)]
+DedupKey = Annotated[str, StringConstraints(min_length=1, max_length=512), AfterValidator(pg_text)]
+QueueName = Annotated[str, StringConstraints(pattern=QUEUE_PATTERN)]
+
+
+class JobIn(BaseModel):
+    """A job to submit."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"type": "import_csv", "payload": {"file": "a.csv"}},
+                {
+                    "type": "map_reconcile",
+                    "payload": {"target_id": 3},
+                    "queue": "default",
+                    "dedup_key": "map_reconcile:3",
+                    "id": "01970f3a-1c2b-7d4e-8f00-123456789abc",
+                },
+            ]
+        },
+    )
+
+    type: JobType = Field(description="The job type; a handler of the daemon runs it.")
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="The job's arguments: a JSON object."
+    )
+    queue: QueueName = Field(default="default", description="A declared queue.")
+    dedup_key: DedupKey | None = Field(
+        default=None,
+        description="At most one pending job per org holds a key; a second submission "
+        "with the same key returns the first job.",
+    )
+    run_after: AwareDatetime | None = Field(
+        default=None, description="Not before this time (with a time zone)."
+    )
+    id: uuid.UUID | None = Field(
+        default=None,
+        description="A client-chosen job id (UUIDv7 recommended): a retried submission "
+        "with the same id returns the same job, never a second one.",
+    )
+
+    @field_validator("run_after")
+    @classmethod
+    def _run_after_in_range(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        try:
+            year = value.astimezone(UTC).year
+        except OverflowError:
+            raise ValueError("run_after is out of range") from None
+        if not 1970 <= year <= 9998:
+            raise ValueError("run_after must be between the years 1970 and 9998")
+        return value
+
+
+class HistoryItem(BaseModel):
+    """One status change of a job."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: JobStatus | None = Field(alias="from", description="None for the creation.")
+    to: JobStatus
+    at: datetime = Field(description="The database's clock.")
+    attempt: int
+    reason: str | None
+    worker: str | None = Field(description="Who made the change (a worker id, or 'api').")
+
+
+class JobSummary(BaseModel):
+    """A job as listed: everything but its payload and report."""
+
+    id: uuid.UUID
+    org_id: str
+    type: str
+    queue: str
+    status: JobStatus
+    attempts: int
+    dedup_key: str | None
+    progress: dict[str, Any] | None
+    error: str | None = Field(description="Why the job failed (at most 2 KiB).")
+    reason: str | None = Field(description="Why the job is in its current status.")
+    run_after: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> JobSummary:
+        """Build from a row of ``api_jobs_list``."""
+        return cls.model_validate({k: row[k] for k in cls.model_fields})
+
+
+class JobOut(JobSummary):
+    """A job, with its payload and report."""
+
+    payload: dict[str, Any]
+    report: dict[str, Any] | None = Field(
+        description="The handler's result; on failure also the error type, full message "
+        "and traceback."
+    )
+
+    @classmethod
+    def from_job(cls, job: Job) -> JobOut:
+        """Build from a ``Job``."""
+        return cls.model_validate({k: getattr(job, k) for k in cls.model_fields})
+
+
+class JobDetail(JobOut):
+    """A job with its history, oldest change first."""
+
+    history: list[HistoryItem]
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> JobDetail:
+        """Build from a row of ``api_jobs_get`` (the history as parallel arrays)."""
+        job = Job.from_row(row)
+        fields = {k: getattr(job, k) for k in JobOut.model_fields}
+        names = ("h_from", "h_to", "h_at", "h_attempt", "h_reason", "h_worker")
+        columns = [row[n] or [] for n in names]
+        history = [
+            HistoryItem.model_validate(
+                {"from": f, "to": t, "at": at, "attempt": a, "reason": r, "worker": w}
+            )
+            for f, t, at, a, r, w in zip(*columns, strict=True)
+        ]
+        return cls.model_validate({**fields, "history": history})
+
+
+class JobPage(BaseModel):
+    """One page of the org's jobs, newest first."""
+
+    jobs: list[JobSummary]
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next page; null on the last page."
+    )
+
+
+class Problem(BaseModel):
+    """What went wrong, for programs (code) and people (message)."""
+
+    code: str = Field(description="A stable identifier, e.g. job_not_found.")
+    message: str
+    job_id: uuid.UUID | None = Field(
+        default=None, description="With outcome_unknown: retry with this id."
+    )
+
+
+class ErrorOut(BaseModel):
+    """An error answer."""
+
+    detail: Problem
+
+
+class Liveness(BaseModel):
+    """The process answers and its event loop is not stalled."""
+
+    status: Literal["ok", "stalled"]
+    loop_lag_s: float = Field(description="Worst event-loop lag over the last minute.")
+    last_tick_age_s: float = Field(description="Time since the loop monitor last ran.")
+
+
+class Readiness(BaseModel):
+    """The database is reachable and the LISTEN connections are up."""
+
+    status: Literal["ready", "unavailable"]
+    checks: dict[str, bool]
+
+
+class HealthReport(BaseModel):
+    """Early warnings about the jobs table and the wake-up path."""
+
+    status: Literal["ok", "warn", "unavailable"]
+    warnings: list[str]
+    database: bool = Field(description="The report's queries ran.")
+    oldest_queued_age_s: float | None = Field(
+        description="Pickup lag: the longest wait among the next jobs to be claimed."
+    )
+    live_tuples: int | None
+    dead_tuples: int | None = Field(description="Dead tuples on jobsd.jobs.")
+    last_vacuum_at: datetime | None
+    oldest_xact_age_s: float | None = Field(
+        description="Age of the oldest open transaction in this database (holds back vacuum)."
+    )
+    oldest_prepared_xact_age_s: float | None
+    last_notify_age_s: float | None = Field(
+        description="Time since the attached daemon last received a NOTIFY (null: none yet, "
+        "or no daemon attached)."
+    )
+    last_done_notify_age_s: float | None = Field(
+        description="Time since this API last received a job-finished notification."
+    )
+    listen_connected: bool = Field(description="This API's LISTEN connection is up.")
+    slots: int | None = Field(description="The attached daemon's slots.")
+    slots_busy: int | None

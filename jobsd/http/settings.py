@@ -1,0 +1,73 @@
+"""Settings of the HTTP API (prefix ``JOBSD_``), read apart from the daemon's.
+
+The database URL, the payload cap and the pool size stay in ``jobsd.settings.Settings``;
+this slice holds only what the API adds.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jobsd.settings import Duration
+
+__all__ = ["HttpSettings", "parse_addr"]
+
+_ADDR = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """Split ``host:port`` (or ``[v6]:port``) into a host and a port; port 0 picks a free one."""
+    match = _ADDR.match(addr.strip())
+    if match is None:
+        raise ValueError(f"not an address: {addr!r} (use host:port, e.g. 127.0.0.1:8080)")
+    port = int(match.group("port"))
+    if port > 65535:
+        raise ValueError(f"port out of range in {addr!r}")
+    host = match.group("v6") or match.group("host") or "127.0.0.1"
+    return host, port
+
+
+class HttpSettings(BaseSettings):
+    """What the HTTP API reads from ``JOBSD_*`` variables."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBSD_", extra="ignore")
+
+    http_addr: str | None = None
+    """``host:port`` to serve on; the daemon starts the API only when this is set."""
+
+    max_body_bytes: int | None = Field(default=None, ge=1024)
+    """Largest request body; unset means twice JOBSD_MAX_PAYLOAD_BYTES plus 64 KiB."""
+
+    longpoll_max: Duration = 30.0
+    """Longest ``?wait=`` a client gets; longer waits are cut to this."""
+
+    ready_timeout: Duration = 2.0
+    """How long /readyz (and each introspection query) may wait for the database."""
+
+    http_shutdown_grace: Duration = 5.0
+    """On shutdown, how long open requests may take to finish."""
+
+    health_pickup_lag_warn: Duration = 60.0
+    """The health report warns when a queued job has waited longer than this."""
+
+    health_dead_tuples_warn: int = Field(default=100_000, ge=0)
+    """The health report warns when the jobs table holds more dead tuples than this."""
+
+    health_xact_age_warn: Duration = 300.0
+    """The health report warns when a transaction has been open longer than this."""
+
+    @field_validator("http_addr")
+    @classmethod
+    def _valid_addr(cls, value: str | None) -> str | None:
+        if value:
+            parse_addr(value)
+        return value or None
+
+    def body_limit(self, max_payload_bytes: int) -> int:
+        """Return the request body cap in bytes."""
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        return 2 * max_payload_bytes + 65_536

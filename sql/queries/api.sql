@@ -1,0 +1,113 @@
+-- Named queries of the HTTP API: bearer tokens, and jobs as one org sees them.
+-- Every read of a job is scoped by org_id in SQL: a job of another org is not
+-- found, exactly like a missing one.
+
+-- name: api_tokens_insert
+INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash)
+VALUES (%(org_id)s, %(name)s, %(prefix)s, %(token_hash)s)
+RETURNING id, org_id, name, prefix, created_at, revoked_at;
+
+-- name: api_tokens_lookup
+SELECT org_id FROM jobsd.api_tokens
+WHERE token_hash = %(token_hash)s AND revoked_at IS NULL;
+
+-- name: api_tokens_revoke
+-- By id or by the token's hash. Revoking twice keeps the first revocation time.
+UPDATE jobsd.api_tokens SET revoked_at = coalesce(revoked_at, now())
+WHERE id = %(id)s::uuid OR token_hash = %(token_hash)s::bytea
+RETURNING id, org_id, name, prefix, created_at, revoked_at;
+
+-- name: api_tokens_list
+SELECT id, org_id, name, prefix, created_at, revoked_at FROM jobsd.api_tokens
+WHERE %(org_id)s::text IS NULL OR org_id = %(org_id)s::text
+ORDER BY org_id, created_at, id;
+
+-- name: api_jobs_get
+-- One job of one org with its history, read in one statement (one snapshot), the
+-- history as parallel arrays in event order.
+SELECT j.*, h.*
+FROM jobsd.jobs AS j
+CROSS JOIN LATERAL (
+  SELECT array_agg(e.from_status ORDER BY e.id) AS h_from,
+         array_agg(e.to_status ORDER BY e.id) AS h_to,
+         array_agg(e.at ORDER BY e.id) AS h_at,
+         array_agg(e.attempt ORDER BY e.id) AS h_attempt,
+         array_agg(e.reason ORDER BY e.id) AS h_reason,
+         array_agg(e.worker_id ORDER BY e.id) AS h_worker
+  FROM jobsd.job_events AS e
+  WHERE e.job_id = j.id) AS h
+WHERE j.id = %(id)s AND j.org_id = %(org_id)s;
+
+-- name: api_jobs_status
+-- The cheap re-read of a long-poll: is the job terminal yet?
+SELECT status FROM jobsd.jobs WHERE id = %(id)s AND org_id = %(org_id)s;
+
+-- name: api_jobs_list
+-- The org's jobs, newest first, after a keyset cursor (created_at, id): the first
+-- page passes ('infinity', 'ffffffff-...'). Reads jobs_org_created_idx backwards.
+-- Payload and report are left out: a page stays small; GET /jobs/{id} has them.
+SELECT id, org_id, type, queue, status, attempts, dedup_key, progress, error, reason,
+       run_after, created_at, started_at, finished_at
+FROM jobsd.jobs
+WHERE org_id = %(org_id)s
+  AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: api_jobs_cancel
+-- Cancel a job that has not started. Running jobs are left alone (the caller
+-- answers 409 until cancel requests to running handlers exist).
+UPDATE jobsd.jobs
+SET status = 'cancelled', reason = 'cancelled by API', finished_at = now(), dedup_key = NULL
+WHERE id = %(id)s AND org_id = %(org_id)s AND status IN ('queued', 'scheduled', 'blocked')
+RETURNING *;
+
+-- name: api_jobs_depth
+-- Queue depth by declared queue and state, zeros included, for /metrics. Only the
+-- states with a partial index are counted, so a scrape never scans the table.
+SELECT q.name AS queue, s.status, coalesce(d.jobs, 0) AS jobs
+FROM jobsd.queues AS q
+CROSS JOIN unnest(ARRAY['queued', 'scheduled', 'running']) AS s(status)
+LEFT JOIN (
+  SELECT queue, status, count(*) AS jobs FROM jobsd.jobs
+  WHERE status IN ('queued', 'running') GROUP BY queue, status
+  UNION ALL
+  SELECT queue, status, count(*) FROM jobsd.jobs
+  WHERE status = 'scheduled' GROUP BY queue, status) AS d
+  ON d.queue = q.name AND d.status = s.status
+ORDER BY q.name, s.status;
+
+-- name: api_health_report
+-- What makes a queue table sick before it shows: pickup lag (the longest wait
+-- among the next 1,000 jobs in claim order), dead tuples on jobs, and the oldest
+-- open transaction or prepared transaction in this database (they hold back
+-- vacuum). Ages are null when there is nothing to measure; the caller clamps
+-- them at 0 (a transaction may start after this statement). Other roles'
+-- sessions are visible only with pg_read_all_stats.
+SELECT
+  (SELECT extract(epoch FROM now() - min(greatest(w.created_at, w.run_after)))::float8
+   FROM (SELECT created_at, run_after FROM jobsd.jobs WHERE status = 'queued'
+         ORDER BY created_at, id LIMIT 1000) AS w) AS oldest_queued_age_s,
+  s.n_live_tup AS live_tuples,
+  s.n_dead_tup AS dead_tuples,
+  greatest(s.last_vacuum, s.last_autovacuum) AS last_vacuum_at,
+  (SELECT extract(epoch FROM now() - min(a.xact_start))::float8
+   FROM pg_stat_activity AS a
+   WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+     AND a.backend_type = 'client backend'
+     AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)) AS oldest_xact_age_s,
+  (SELECT extract(epoch FROM now() - min(p.prepared))::float8
+   FROM pg_prepared_xacts AS p
+   WHERE p.database = current_database()) AS oldest_prepared_xact_age_s
+FROM pg_stat_user_tables AS s
+WHERE s.relid = 'jobsd.jobs'::regclass;
+
+-- name: api_ping
+SELECT 1 AS ok;
+
+-- name: api_set_statement_timeout
+-- Transaction-local: bounds the introspection queries of /metrics and /health.
+SELECT set_config('statement_timeout', %(timeout_ms)s, true);

@@ -1,0 +1,153 @@
+"""Helpers of the HTTP tests: an API in-process or on a loopback socket, tokens, daemons."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+import psycopg
+from fastapi import FastAPI
+
+from jobsd.http.app import create_app
+from jobsd.http.backend import ApiBackend
+from jobsd.http.protocols import DaemonView
+from jobsd.http.server import serve
+from jobsd.http.settings import HttpSettings
+from jobsd.http.tokens import create_token
+from jobsd.registry import Registry
+from jobsd.settings import Settings
+from jobsd.worker.supervisor import Daemon
+
+T = TypeVar("T")
+
+# short intervals: a scenario takes well under a second of daemon time
+DAEMON_FAST: dict[str, Any] = {
+    "slots": 4,
+    "poll_interval": 0.5,
+    "heartbeat_interval": 0.2,
+    "progress_interval": 0.05,
+    "sweep_interval": 3600.0,
+    "drain_timeout": 2.0,
+    "handlers": [],
+    "queues": [],
+}
+
+
+def settings_for(db_url: str, **overrides: Any) -> Settings:
+    """Return core settings for ``db_url`` with short intervals."""
+    return Settings(database_url=db_url, **{**DAEMON_FAST, **overrides})
+
+
+def http_settings(**overrides: Any) -> HttpSettings:
+    """Return API settings with a short long-poll cap (tests never wait 30 s)."""
+    values: dict[str, Any] = {"http_addr": "127.0.0.1:0", "longpoll_max": 5.0}
+    return HttpSettings(**{**values, **overrides})
+
+
+def make_token(db_url: str, org_id: str, name: str | None = None) -> str:
+    """Create a bearer token for ``org_id`` and return it."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        token, _ = create_token(conn, org_id, name)
+    return token
+
+
+def bearer(token: str) -> dict[str, str]:
+    """Return the Authorization header of ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class Api:
+    """An API under test and a client to call it."""
+
+    app: FastAPI
+    backend: ApiBackend
+    client: httpx.AsyncClient
+
+    async def until_listening(self, timeout_s: float = 10.0) -> None:
+        """Wait until the API's LISTEN connection is up."""
+        await wait_until(
+            lambda: _true_if(self.backend.started and self.backend.waiter.connected),
+            what="the API's LISTEN connection",
+            timeout_s=timeout_s,
+        )
+
+
+async def _true_if(value: bool) -> bool:
+    return value
+
+
+@asynccontextmanager
+async def running_api(
+    settings: Settings,
+    http: HttpSettings | None = None,
+    *,
+    daemon: DaemonView | None = None,
+) -> AsyncIterator[Api]:
+    """Run the app's lifespan in this loop and call it in-process (httpx ASGI transport)."""
+    app = create_app(settings, http or http_settings(), daemon=daemon)
+    backend: ApiBackend = app.state.jobsd
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+            yield Api(app, backend, client)
+
+
+@asynccontextmanager
+async def served_api(
+    settings: Settings,
+    http: HttpSettings | None = None,
+    *,
+    daemon: DaemonView | None = None,
+) -> AsyncIterator[tuple[str, ApiBackend]]:
+    """Serve the API with uvicorn on a free loopback port; yield its base URL."""
+    app = create_app(settings, http or http_settings(), daemon=daemon)
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(
+            partial(serve, settings, http or http_settings(), daemon=daemon, app=app)
+        )
+        try:
+            yield f"http://{host}:{port}", app.state.jobsd
+        finally:
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def running_daemon(settings: Settings, registry: Registry) -> AsyncIterator[Daemon]:
+    """Run a daemon in this loop; stop it gracefully on exit."""
+    async with anyio.create_task_group() as tg:
+        daemon = Daemon(settings, registry)
+        tg.start_soon(partial(daemon.run, handle_signals=False), name="daemon")
+        try:
+            with anyio.fail_after(15):
+                await daemon.ready.wait()
+            yield daemon
+        finally:
+            daemon.stop()
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[T | None]], *, what: str, timeout_s: float = 10.0
+) -> T:
+    """Poll ``check`` every 20 ms until it returns a truthy value; fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await anyio.sleep(0.02)
+
+
+def db_scalar(db_url: str, query: str, *params: Any) -> Any:
+    """Run one query and return the first column of its first row (None if no row)."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute(query, params or None).fetchone()
+    return row[0] if row else None

@@ -1,0 +1,131 @@
+"""GET /jobs/{id}?wait=S: woken by the database's notification, not by a sleep loop."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import httpx
+import psycopg
+import pytest
+from apikit import Api, bearer, http_settings, running_api, settings_for, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+async def _waiting(api: Api, count: int = 1) -> bool:
+    return api.backend.waiter.waiting >= count
+
+
+async def long_poll(api: Api, token: str, job_id: str, wait: float, out: list[Any]) -> None:
+    started = time.monotonic()
+    r = await api.client.get(f"/jobs/{job_id}", params={"wait": wait}, headers=bearer(token))
+    out.append((r, time.monotonic()))
+    assert time.monotonic() - started < wait + 2
+
+
+async def test_wait_answers_when_another_request_cancels(db_url: str, token_a: str) -> None:
+    async with running_api(settings_for(db_url)) as api:
+        await api.until_listening()
+        job_id = (
+            await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
+        ).json()["id"]
+        out: list[tuple[httpx.Response, float]] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_poll, api, token_a, job_id, 20.0, out)
+            await wait_until(lambda: _waiting(api), what="the long-poll to register")
+            cancelled_at = time.monotonic()
+            r = await api.client.post(f"/jobs/{job_id}/cancel", headers=bearer(token_a))
+            assert r.status_code == 200
+        ((answer, answered_at),) = out
+        assert answer.status_code == 200
+        assert answer.json()["status"] == "cancelled"
+        assert [h["to"] for h in answer.json()["history"]] == ["queued", "cancelled"]
+        assert answered_at - cancelled_at < 1.0
+        assert api.backend.waiter.waiting == 0
+
+
+async def test_wait_answers_when_a_worker_finishes_the_job(db_url: str, token_a: str) -> None:
+    """Any writer that makes the job terminal wakes the request (here plain SQL)."""
+    async with running_api(settings_for(db_url)) as api:
+        await api.until_listening()
+        job_id = (
+            await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
+        ).json()["id"]
+        out: list[tuple[httpx.Response, float]] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_poll, api, token_a, job_id, 20.0, out)
+            await wait_until(lambda: _waiting(api), what="the long-poll to register")
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                # a non-terminal change does not end the wait
+                conn.execute(
+                    "UPDATE jobsd.jobs SET status = 'running', started_at = now(), attempts = 1 "
+                    "WHERE id = %s",
+                    (job_id,),
+                )
+                await anyio.sleep(0.2)
+                assert not out
+                finished_at = time.monotonic()
+                conn.execute(
+                    "UPDATE jobsd.jobs SET status = 'succeeded', finished_at = now(), "
+                    "report = '{\"rows\": 3}' WHERE id = %s",
+                    (job_id,),
+                )
+        ((answer, answered_at),) = out
+        assert answer.json()["status"] == "succeeded"
+        assert answer.json()["report"] == {"rows": 3}
+        assert answered_at - finished_at < 1.0
+
+
+async def test_wait_ends_at_its_deadline_and_is_capped(db_url: str, token_a: str) -> None:
+    async with running_api(settings_for(db_url), http_settings(longpoll_max=0.4)) as api:
+        job_id = (
+            await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
+        ).json()["id"]
+        started = time.monotonic()
+        r = await api.client.get(f"/jobs/{job_id}?wait=0.2", headers=bearer(token_a))
+        took = time.monotonic() - started
+        assert r.status_code == 200 and r.json()["status"] == "queued"
+        assert 0.2 <= took < 1.0
+        started = time.monotonic()
+        r = await api.client.get(f"/jobs/{job_id}?wait=3600", headers=bearer(token_a))
+        took = time.monotonic() - started
+        assert r.json()["status"] == "queued"
+        assert 0.4 <= took < 1.5
+        for bad in ("-1", "nan", "inf", "soon"):
+            r = await api.client.get(f"/jobs/{job_id}?wait={bad}", headers=bearer(token_a))
+            assert r.status_code == 422, bad
+
+
+async def test_a_notification_lost_during_a_reconnect_is_made_up_by_a_reread(
+    db_url: str, token_a: str
+) -> None:
+    """The job finishes while the LISTEN connection is being killed: the re-read after the
+    reconnect still answers the waiting request at once."""
+    async with running_api(settings_for(db_url)) as api:
+        await api.until_listening()
+        job_id = (
+            await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
+        ).json()["id"]
+        out: list[tuple[httpx.Response, float]] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_poll, api, token_a, job_id, 20.0, out)
+            await wait_until(lambda: _waiting(api), what="the long-poll to register")
+            with psycopg.connect(db_url, autocommit=True) as conn, conn.transaction():
+                conn.execute(
+                    "UPDATE jobsd.jobs SET status = 'cancelled', finished_at = now() WHERE id = %s",
+                    (job_id,),
+                )
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'jobsd-api-listen' AND datname = current_database()"
+                )
+                finished_at = time.monotonic()
+        ((answer, answered_at),) = out
+        assert answer.json()["status"] == "cancelled"
+        assert answered_at - finished_at < 3.0
+        assert api.backend.waiter.reconnects == 1
+        # the notification went to the killed connection: the re-read answered
+        assert api.backend.waiter.notifications == 0
+        await api.until_listening()
