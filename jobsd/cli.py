@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import click
 import pydantic
 
-from jobsd.errors import ConfigError, JobsdError
+from jobsd.errors import BackendUnavailable, ConfigError, JobsdError
 from jobsd.models import Job, JobEvent
 from jobsd.settings import Settings
 
@@ -31,8 +32,47 @@ EXIT_JOB_FAILED = 3
 
 
 def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    click.echo(f"jobsd: error: {message}", err=True)
+    # one line, even for libpq's multi-line messages
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    click.echo(f"jobsd: error: {line}", err=True)
     sys.exit(code)
+
+
+class _LastConnectError(logging.Handler):
+    """Remember the pool's last connection error: a pool timeout alone does not say why."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.message: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        first = record.getMessage().splitlines()[0]
+        if first.startswith("error connecting in "):  # "error connecting in 'client': ..."
+            self.message = first.split(": ", 1)[-1]
+
+
+_last_connect_error = _LastConnectError()
+
+
+def _quiet_libraries() -> None:
+    """Keep library warnings (pool reconnects) off stderr: a command's error is one line.
+
+    Commands that log (``run``, ``dev``) replace the root handlers with their own.
+    """
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
+    pool_log = logging.getLogger("psycopg.pool")
+    if _last_connect_error not in pool_log.handlers:
+        pool_log.addHandler(_last_connect_error)
+
+
+def _error_line(exc: JobsdError) -> str:
+    message = str(exc)
+    cause = _last_connect_error.message
+    if isinstance(exc, BackendUnavailable) and cause and cause not in message:
+        message = f"{message}: {cause}"
+    return message
 
 
 def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -43,7 +83,7 @@ def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except JobsdError as exc:
-            _fail(str(exc))
+            _fail(_error_line(exc))
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "settings"
@@ -67,6 +107,7 @@ def _require_url(settings: Settings) -> str:
 @click.version_option(package_name="jobsd")
 def main() -> None:
     """jobsd: a Postgres-backed job queue."""
+    _quiet_libraries()
 
 
 @main.command()

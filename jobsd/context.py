@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Generator
 from typing import Any
 
-from jobsd.errors import InvalidPayload
+from jobsd.jsonsafe import encode_object
 
 __all__ = ["JobContext"]
 
@@ -54,13 +54,17 @@ class JobContext:
         self.checkpoint: dict[str, Any] = dict(checkpoint or {})
         self._lock = threading.Lock()
         self._pending: dict[str, Any] = {}
+        # taken by a heartbeat whose write is not confirmed yet: if the job ends first,
+        # that write finds the job no longer running and the final write must carry them
+        self._sending: dict[str, Any] = {}
 
     def progress(self, done: int | None = None, total: int | None = None, **fields: Any) -> _Done:
-        """Record progress; jobsd writes it in the background, at most once a second.
+        """Record progress; jobsd writes it in the background, throttled.
 
-        Call it per batch or step, not per row. Async handlers may ``await`` it; sync
-        handlers call it plainly. The fields are merged into the job's ``progress``
-        and become the ``checkpoint`` of a later attempt.
+        Writes happen at most every ``progress_interval`` (1 s by default), and once
+        more with the outcome. Call it per batch or step, not per row. Async handlers
+        may ``await`` it; sync handlers call it plainly. The fields are merged into the
+        job's ``progress`` and become the ``checkpoint`` of a later attempt.
         """
         if done is not None:
             fields["done"] = done
@@ -69,27 +73,43 @@ class JobContext:
         clash = _RESERVED.intersection(fields)
         if clash:
             raise ValueError(f"progress field {sorted(clash)[0]!r} is reserved for jobsd")
-        try:
-            json.dumps(fields, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidPayload(f"progress is not JSON-serializable: {exc}") from exc
+        # refuse here what Postgres would refuse later (NaN, NUL, lone surrogates), and
+        # keep a copy: the handler may go on mutating the objects it passed
+        fields = json.loads(encode_object(fields, what="progress", max_bytes=None))
         with self._lock:
             self._pending.update(fields)
             self.checkpoint.update(fields)
         return _DONE
 
     def take_pending(self) -> dict[str, Any] | None:
-        """Return and clear the progress not yet written (the daemon calls this)."""
+        """Return and clear the progress not yet written, for a heartbeat to write.
+
+        The fields stay in flight until ``pending_written`` or ``restore_pending``.
+        """
         with self._lock:
             if not self._pending:
                 return None
             pending, self._pending = self._pending, {}
+            self._sending.update(pending)
             return pending
+
+    def pending_written(self) -> None:
+        """Confirm that the fields last taken are in the database."""
+        with self._lock:
+            self._sending = {}
 
     def restore_pending(self, fields: dict[str, Any]) -> None:
         """Put back progress whose write failed, under anything recorded since."""
         with self._lock:
             self._pending = {**fields, **self._pending}
+            self._sending = {}
+
+    def take_final(self) -> dict[str, Any] | None:
+        """Return every field not known to be written, for the run's outcome write."""
+        with self._lock:
+            final = {**self._sending, **self._pending}
+            self._pending = {}
+            return final or None
 
     @property
     def has_pending(self) -> bool:

@@ -5,8 +5,9 @@ queues, a reconnect of the LISTEN connection, or the poll timer (jittered around
 ``poll_interval``, so a lost notification costs at most one interval). Then it claims
 as many jobs as it has free slots, oldest first, in one statement with SKIP LOCKED.
 A round that fills every free slot means more work is likely waiting: the claimer
-goes again as soon as a slot frees, without waiting for a wake-up. On poll ticks it
-also promotes due ``scheduled`` jobs, and it shortens its sleep to the next due time,
+goes again as soon as a slot frees, without waiting for a wake-up. On poll ticks (and
+after a notification that found no work, which may announce a job scheduled for later)
+it also promotes due ``scheduled`` jobs, and it shortens its sleep to the next due time,
 so a job scheduled for later starts on time without the table being polled for it.
 """
 
@@ -64,9 +65,15 @@ class Claimer:
             if not more:
                 cause = await self.waker.wait(self._sleep_s())
             self.stats.wakeups[cause] += 1
-            if cause in ("poll", "start", "reconnect") or self._promotion_due():
+            promoted = cause in ("poll", "start", "reconnect") or self._promotion_due()
+            if promoted:
                 await self.promote()
             more = await self.claim_once()
+            if cause == "notify" and not more and not promoted:
+                # The notification may announce a job scheduled for later: learn its due
+                # time now rather than at the next poll. Under load rounds fill every
+                # slot and skip this.
+                await self.promote()
             cause = "more"
 
     async def claim_once(self) -> bool:

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -36,6 +37,8 @@ _BATCH = 500
 class _Result:
     held: Held
     outcome: Outcome
+    progress: dict[str, Any] | None
+    """the run's last progress, taken once: a retried write must carry it again"""
 
 
 class Completer:
@@ -54,10 +57,13 @@ class Completer:
         self.on_failed = on_failed
         self._pending: list[_Result] = []
         self._ready = anyio.Event()
+        # one flush at a time: at shutdown drain() runs while run() may be mid-write, and
+        # two writers of the same batch would report written results as discarded
+        self._flushing = anyio.Lock()
 
     def submit(self, held: Held, outcome: Outcome) -> None:
         """Queue an outcome for writing; never blocks."""
-        self._pending.append(_Result(held, outcome))
+        self._pending.append(_Result(held, outcome, held.ctx.take_final()))
         self._ready.set()
 
     @property
@@ -75,11 +81,14 @@ class Completer:
 
     async def flush_once(self) -> None:
         """Write up to one batch of pending outcomes, retrying while the database is away."""
-        batch = self._pending[:_BATCH]
-        async for attempt in transient_retries("finish"):
-            with attempt:
-                await self._write(batch)
-        del self._pending[: len(batch)]
+        async with self._flushing:
+            batch = self._pending[:_BATCH]
+            if not batch:
+                return
+            async for attempt in transient_retries("finish"):
+                with attempt:
+                    await self._write(batch)
+            del self._pending[: len(batch)]
 
     async def drain(self, timeout_s: float) -> None:
         """Write everything pending, giving up after ``timeout_s`` (at shutdown)."""
@@ -118,15 +127,18 @@ class Completer:
         )
         replacement = failure("the job's result could not be stored", reason="result rejected")
         async with acquire(self.pool, "finish") as conn:
+            # without the progress: it may be what the database refused
             return await queries.finish_batch(
-                conn, [_finish_row(_Result(result.held, replacement))]
+                conn, [_finish_row(_Result(result.held, replacement, None))]
             )
 
     def _settle(self, batch: list[_Result], written: dict[uuid.UUID, Job]) -> None:
         for result in batch:
             job_id = result.held.job.id
-            job = written.get(job_id)
-            self.holdings.forget(job_id)
+            # a superseded run's lease is gone for good: its write cannot have matched,
+            # even when the newer run of the same job in this batch was written
+            job = None if result.held.superseded else written.get(job_id)
+            self.holdings.forget(result.held)
             if job is None:
                 self.stats.discarded += 1
                 log.warning(
@@ -161,6 +173,6 @@ def _finish_row(result: _Result) -> queries.FinishRow:
         report_json=outcome.report_json,
         error=outcome.error,
         reason=outcome.reason,
-        progress=result.held.ctx.take_pending(),
+        progress=result.progress,
         run_after=outcome.run_after,
     )

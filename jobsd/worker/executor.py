@@ -75,13 +75,15 @@ async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Ou
     if spec is None:
         return failure(f"unknown type {job.type!r}: no handler registered", reason="unknown type")
     try:
-        if spec.timeout_s is not None:
-            with anyio.fail_after(spec.timeout_s):
-                result = await _call(spec, ctx)
-        else:
+        if spec.timeout_s is None:
             result = await _call(spec, ctx)
-    except TimeoutError:
-        return failure(f"timeout after {spec.timeout_s:g} s", reason="timeout")
+        else:
+            # move_on_after, not fail_after: a TimeoutError raised by the handler's own
+            # I/O is a handler error, only our deadline is a timeout
+            with anyio.move_on_after(spec.timeout_s) as deadline:
+                result = await _call(spec, ctx)
+            if deadline.cancelled_caught:
+                return failure(f"timeout after {spec.timeout_s:g} s", reason="timeout")
     except anyio.get_cancelled_exc_class():
         raise
     except (Exception, SystemExit) as exc:

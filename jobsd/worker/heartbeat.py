@@ -48,15 +48,16 @@ class Heartbeat:
         """Write one tick; return how many jobs were written."""
         now = time.monotonic()
         beat = force or now - self._last_beat >= self.beat_s
-        rows, taken = [], {}
+        rows, taken, sent = [], [], []
         for held in self.holdings:
             if held.lost:
                 continue
             fields = held.ctx.take_pending()
             if fields is not None:
-                taken[held.job.id] = fields
+                taken.append((held, fields))
             if beat or fields is not None:
                 rows.append(queries.HeartbeatRow(held.job.id, held.lease_id, fields))
+                sent.append(held)
         if not rows:
             if beat:
                 self._last_beat = now
@@ -65,22 +66,19 @@ class Heartbeat:
             async with acquire(self.pool, "heartbeat") as conn:
                 alive = await queries.heartbeat(conn, rows)
         except BackendUnavailable:
-            for job_id, fields in taken.items():
-                still = self.holdings.get(job_id)
-                if still is not None:
-                    still.ctx.restore_pending(fields)
+            for held, fields in taken:
+                held.ctx.restore_pending(fields)
             raise
+        for held, _ in taken:
+            held.ctx.pending_written()
         if beat:
             self._last_beat = now
-        for row in rows:
-            if row.job_id not in alive:
-                self._lost(row.job_id)
+        # A job is held under one lease at a time (Holdings.add), so its id names the
+        # run. A finished run may be missing because its own outcome was just written:
+        # only a run still in its handler is known to have lost its lease.
+        for held in sent:
+            if held.job.id in alive or held.finished:
+                continue
+            if self.holdings.mark_lost(held):
+                log.warning("job.lease_lost", extra={"job_id": str(held.job.id)})
         return len(rows)
-
-    def _lost(self, job_id: object) -> None:
-        for held in self.holdings:
-            if held.job.id == job_id and not held.lost:
-                held.lost = True
-                log.warning("job.lease_lost", extra={"job_id": str(job_id)})
-                if not held.finished:
-                    held.scope.cancel()

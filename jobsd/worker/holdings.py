@@ -25,6 +25,8 @@ class Held:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     finished: bool = False
     lost: bool = False
+    superseded: bool = False
+    """this daemon claimed the job again under a new lease: this run can no longer report"""
     started_monotonic: float = field(default_factory=time.monotonic)
 
 
@@ -33,11 +35,14 @@ class Holdings:
 
     A slot frees when the handler returns, before its outcome is written: writing is
     the completer's business, and the job stays held (and heartbeated) until then.
+
+    Holdings are keyed by lease, not by job: a job swept away from this daemon can be
+    claimed again by it while the old run still ends, and the two must not be mixed up.
     """
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self._held: dict[uuid.UUID, Held] = {}
+        self._held: dict[uuid.UUID, Held] = {}  # by lease id
         self._running = 0
         self._changed = anyio.Event()
 
@@ -52,12 +57,29 @@ class Holdings:
         return self._running
 
     def add(self, job: Job, ctx: JobContext) -> Held:
-        """Hold a freshly claimed job and take a slot."""
+        """Hold a freshly claimed job and take a slot.
+
+        An earlier run of the same job still held here has lost its lease by definition
+        (the claim issued a new one): it is marked lost and its handler is cancelled.
+        """
         assert job.lease_id is not None
+        for earlier in self._held.values():
+            if earlier.job.id == job.id:
+                earlier.superseded = True
+                self.mark_lost(earlier)
         held = Held(job=job, lease_id=job.lease_id, ctx=ctx)
-        self._held[job.id] = held
+        self._held[held.lease_id] = held
         self._running += 1
         return held
+
+    def mark_lost(self, held: Held) -> bool:
+        """Record that a run lost its lease and cancel its handler; False if already known."""
+        if held.lost:
+            return False
+        held.lost = True
+        if not held.finished:
+            held.scope.cancel()
+        return True
 
     def release_slot(self, held: Held) -> None:
         """Free the slot of a job whose handler has returned."""
@@ -66,14 +88,14 @@ class Holdings:
             self._running -= 1
             self._signal()
 
-    def forget(self, job_id: uuid.UUID) -> None:
-        """Stop holding a job whose outcome is written or discarded."""
-        self._held.pop(job_id, None)
+    def forget(self, held: Held) -> None:
+        """Stop holding a run whose outcome is written or discarded."""
+        self._held.pop(held.lease_id, None)
         self._signal()
 
-    def get(self, job_id: uuid.UUID) -> Held | None:
-        """Return a held job, or None."""
-        return self._held.get(job_id)
+    def get(self, lease_id: uuid.UUID) -> Held | None:
+        """Return the run held under a lease, or None."""
+        return self._held.get(lease_id)
 
     def __iter__(self) -> Iterator[Held]:
         return iter(list(self._held.values()))

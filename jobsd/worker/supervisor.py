@@ -2,7 +2,8 @@
 
 Shutdown (SIGTERM or SIGINT) has two steps: stop claiming and let running handlers
 finish for up to ``drain_timeout``; then cancel what still runs (those jobs are
-written back: requeued while attempts remain, else failed with reason ``shutdown``).
+written back: requeued while attempts remain and the type is ``at_least_once``, else
+failed with reason ``shutdown``).
 Outcomes are written before exit, inside a shielded scope. A second signal skips the
 wait.
 """
@@ -43,8 +44,10 @@ def import_handlers(modules: list[str]) -> None:
     for name in modules:
         try:
             importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(f"cannot import handler module {name!r}: {exc}") from exc
+        except Exception as exc:  # a broken module: name it, whatever it raised
+            raise ConfigError(
+                f"cannot import handler module {name!r}: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 class Daemon:
@@ -83,6 +86,7 @@ class Daemon:
             self.stats,
             self._start_job,
         )
+        self._start_scope = anyio.CancelScope()
         self._claim_scope = anyio.CancelScope()
         self._ready = anyio.Event()
         self.stopping = False
@@ -101,6 +105,7 @@ class Daemon:
             return
         self.stopping = True
         log.info("daemon.stopping", extra={"running": self.holdings.running})
+        self._start_scope.cancel()
         self._claim_scope.cancel()
 
     async def run(self, *, handle_signals: bool = True) -> None:
@@ -119,16 +124,20 @@ class Daemon:
             async with anyio.create_task_group() as services:
                 if handle_signals:
                     services.start_soon(self._watch_signals)
-                if self.settings.notify:
-                    await services.start(self.listener.run)
-                services.start_soon(self.completer.run)
-                services.start_soon(self.heartbeat.run)
-                services.start_soon(self.sweeper.run)
-                services.start_soon(self.hooks.run)
-                await self._run_jobs()
-                await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
-                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                    await self.hooks.drain()
+                # The first LISTEN waits for the database, however long it is away; a
+                # stop meanwhile must not wait with it (nothing was claimed yet).
+                with self._start_scope:
+                    if self.settings.notify:
+                        await services.start(self.listener.run)
+                if not self.stopping:
+                    services.start_soon(self.completer.run)
+                    services.start_soon(self.heartbeat.run)
+                    services.start_soon(self.sweeper.run)
+                    services.start_soon(self.hooks.run)
+                    await self._run_jobs()
+                    await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                        await self.hooks.drain()
                 services.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -173,7 +182,12 @@ class Daemon:
 
     def _interrupted(self, job: Job) -> Outcome:
         spec = self.registry.get(job.type)
-        if spec is not None and job.attempts < spec.max_attempts:
+        # an interrupted run's outcome is unknown: only at_least_once may run it again
+        if (
+            spec is not None
+            and spec.delivery == "at_least_once"
+            and job.attempts < spec.max_attempts
+        ):
             return Outcome(status="queued", reason="shutdown")
         return failure(
             "interrupted: the daemon shut down before the job finished", reason="shutdown"
@@ -192,10 +206,16 @@ def run_daemon(settings: Settings, *, on_ready: Callable[[], None] | None = None
 
     async def main() -> None:
         daemon = Daemon(settings)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(daemon.run)
+
+        async def announce() -> None:
             await daemon.ready.wait()
             if on_ready is not None:
                 on_ready()
+
+        async with anyio.create_task_group() as tg:
+            # a daemon stopped before it was ready never sets `ready`: do not wait for it
+            tg.start_soon(announce)
+            await daemon.run()
+            tg.cancel_scope.cancel()
 
     anyio.run(main)

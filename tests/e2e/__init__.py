@@ -1,0 +1,1 @@
+"""End-to-end tests: ``python -m jobsd`` as subprocesses, with real signals."""

@@ -1,0 +1,261 @@
+"""Fixtures of the end-to-end tests: ``jobsd`` subprocesses, their output, and polling.
+
+Daemons run as ``python -m jobsd run`` with the handlers of ``e2e_handlers.py`` and
+short intervals; tests talk to them only through the database, the command line and
+signals. Every process a test starts is killed at teardown if it is still alive.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+
+T = TypeVar("T")
+
+E2E_DIR = Path(__file__).resolve().parent
+LOG_TAIL_CHARS = 6000  # of each daemon's stderr, printed at teardown
+REPO_ROOT = E2E_DIR.parents[1]
+
+# fast daemons: the tests finish in seconds
+DAEMON_ENV = {
+    "JOBSD_HANDLERS": "e2e_handlers",
+    "JOBSD_SLOTS": "4",
+    "JOBSD_POLL_INTERVAL": "0.5",
+    "JOBSD_HEARTBEAT_INTERVAL": "0.5",
+    "JOBSD_PROGRESS_INTERVAL": "0.1",
+    "JOBSD_DRAIN_TIMEOUT": "10",
+    "JOBSD_LOG_LEVEL": "INFO",
+}
+
+
+def jobsd_command() -> list[str]:
+    """Return the installed ``jobsd`` script, or ``python -m jobsd`` without one."""
+    script = Path(sys.executable).parent / "jobsd"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "jobsd"]
+
+
+def make_env(database_url: str | None, **settings: str) -> dict[str, str]:
+    """Return a clean environment: no inherited JOBSD_*, fast daemon settings, the e2e
+    handlers importable; ``settings`` (``JOBSD_*=value``) override the defaults."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSD_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(E2E_DIR), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if database_url is not None:
+        env["JOBSD_DATABASE_URL"] = database_url
+    env.update(DAEMON_ENV)
+    env.update(settings)
+    return env
+
+
+class Proc:
+    """A subprocess whose stdout and stderr lines are collected as they come."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.args = args
+        self.popen = subprocess.Popen(
+            args,
+            env=env,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(name,), daemon=True)
+            for name in ("stdout", "stderr")
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, name: str) -> None:
+        stream = self.popen.stdout if name == "stdout" else self.popen.stderr
+        assert stream is not None
+        for line in stream:
+            with self._changed:
+                self.lines[name].append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def text(self, name: str = "stderr") -> str:
+        """Return everything the process wrote on one stream so far."""
+        with self._changed:
+            return "\n".join(self.lines[name])
+
+    def wait_for(
+        self, pattern: str, *, stream: str = "stderr", timeout_s: float = 20.0
+    ) -> re.Match[str]:
+        """Wait for a line matching ``pattern``; fail if the process exits or time runs out."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[stream][seen:]:
+                    match = regex.search(line)
+                    if match:
+                        return match
+                seen = len(self.lines[stream])
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.popen.poll() is not None and not self._reading()):
+                    raise AssertionError(
+                        f"no line matching {pattern!r} on {stream} of {self.args} "
+                        f"(exit {self.popen.poll()}):\n{self.text('stderr')[-4000:]}"
+                    )
+                self._changed.wait(min(left, 0.2))
+
+    def _reading(self) -> bool:
+        return any(r.is_alive() for r in self._readers)
+
+    def wait_ready(self, timeout_s: float = 20.0) -> None:
+        """Wait until a daemon logs that it listens and claims."""
+        self.wait_for(r"\bdaemon\.ready\b", timeout_s=timeout_s)
+
+    def send(self, sig: signal.Signals) -> None:
+        """Send a signal to the process."""
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout_s: float = 30.0) -> int:
+        """Wait for the exit status; fail (and kill) if the process outlives the timeout."""
+        try:
+            code = self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(10)
+            raise AssertionError(
+                f"{self.args} still running after {timeout_s} s:\n{self.text()[-4000:]}"
+            ) from None
+        for reader in self._readers:
+            reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the process if it is alive, and reap it."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+
+
+def poll(check: Callable[[], T | None], *, what: str, timeout_s: float = 20.0) -> T:
+    """Call ``check`` every 20 ms until it returns a truthy value; fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    """Run a query and return the first column of its first row."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def job_status(conn: psycopg.Connection[Any], job_id: object) -> str:
+    """Return a job's status."""
+    return str(scalar(conn, "SELECT status FROM jobsd.jobs WHERE id = %s", (job_id,)))
+
+
+def wait_status(
+    conn: psycopg.Connection[Any], job_id: object, *statuses: str, timeout_s: float = 20.0
+) -> str:
+    """Wait until a job is in one of ``statuses``; return it."""
+
+    def check() -> str | None:
+        status = job_status(conn, job_id)
+        return status if status in statuses else None
+
+    return poll(check, what=f"job {job_id} to be {'/'.join(statuses)}", timeout_s=timeout_s)
+
+
+SIDE_TABLES = """
+CREATE TABLE IF NOT EXISTS e2e_side (
+  job_id uuid PRIMARY KEY, attempt int NOT NULL, pid int NOT NULL,
+  at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS e2e_batches (
+  first_row int PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL,
+  redone int NOT NULL DEFAULT 0);
+"""
+
+
+def create_side_tables(url: str) -> None:
+    """Create the tables the e2e handlers write their side effects to."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SIDE_TABLES)
+
+
+@pytest.fixture
+def side_db(db_url: str) -> str:
+    """Return the test's database URL, with the handlers' side tables created."""
+    create_side_tables(db_url)
+    return db_url
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Proc]]:
+    """Yield a factory of ``jobsd`` subprocesses: ``spawn("run", env=...)``.
+
+    At teardown, processes still alive are killed; the output of each is printed (pytest
+    shows it for failed tests).
+    """
+    procs: list[Proc] = []
+
+    def factory(*args: str, env: dict[str, str]) -> Proc:
+        proc = Proc([*jobsd_command(), *args], env)
+        procs.append(proc)
+        return proc
+
+    yield factory
+    for proc in procs:
+        proc.kill()
+        print(f"--- {' '.join(proc.args[-2:])} pid {proc.pid} exit {proc.popen.returncode}")
+        print(proc.text("stderr")[-LOG_TAIL_CHARS:])
+
+
+def run_cli(
+    *args: str, env: dict[str, str], timeout_s: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """Run one ``jobsd`` command to its end and return its result."""
+    return subprocess.run(
+        [*jobsd_command(), *args],
+        env=env,
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A temp dir the unprivileged Postgres user can traverse (tmp_path is 0700 as root)."""
+    path = Path(tempfile.mkdtemp(prefix="jobsd-e2e-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

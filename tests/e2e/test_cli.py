@@ -1,0 +1,194 @@
+"""The command line: what it prints, its exit codes, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from service.history import assert_history_complete
+
+from jobsd.embedded import EmbeddedPostgres
+
+from .conftest import Proc, make_env, run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+
+def assert_one_line_error(result: Any, *fragments: str) -> str:
+    """Check an error exit: non-zero, one ``jobsd: error:`` line on stderr, no traceback."""
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
+    assert lines[0].startswith("jobsd: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert result.stdout == "", "nothing on stdout when nothing was done"
+    return lines[0]
+
+
+@pytest.fixture
+def daemon(db_url: str, spawn: Callable[..., Proc]) -> Iterator[Proc]:
+    """Run a daemon with the e2e handlers on the test's database; stop it after the test."""
+    proc = spawn("run", env=make_env(db_url))
+    proc.wait_ready()
+    yield proc
+    proc.send(signal.SIGTERM)
+    assert proc.wait(20) == 0
+
+
+def test_enqueue_prints_the_id_alone_and_wait_exit_codes(
+    db_url: str, conn: psycopg.Connection[Any], daemon: Proc
+) -> None:
+    env = make_env(db_url)
+    plain = run_cli("enqueue", "noop", "--org", "acme", env=env)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.count("\n") == 1
+    job_id = uuid.UUID(plain.stdout.strip())
+    assert conn.execute("SELECT org_id FROM jobsd.jobs WHERE id = %s", (job_id,)).fetchone() == (
+        "acme",
+    )
+
+    ok = run_cli(
+        "enqueue", "sleep", "--org", "acme", "--payload", '{"seconds": 0.3}', "--wait", env=env
+    )
+    assert ok.returncode == 0, ok.stderr
+    ok_id = uuid.UUID(ok.stdout.strip())
+    assert ok.stdout.count("\n") == 1, "progress goes to stderr, the id alone to stdout"
+    assert "succeeded" in ok.stderr
+
+    bad = run_cli(
+        "enqueue",
+        "always_fails",
+        "--org",
+        "acme",
+        "--payload",
+        '{"message": "boom"}',
+        "--wait",
+        env=env,
+    )
+    assert bad.returncode == 3, bad
+    bad_id = uuid.UUID(bad.stdout.strip())
+    assert "Traceback" not in bad.stderr
+    last = bad.stderr.strip().splitlines()[-1]
+    assert last == f"jobsd: error: job {bad_id} failed: RuntimeError: boom"
+
+    shown = run_cli("status", str(bad_id), "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["id"] == str(bad_id)
+    assert data["status"] == "failed"
+    assert data["error"] == "RuntimeError: boom"
+    assert [(e["from"], e["to"]) for e in data["history"]] == [
+        (None, "queued"),
+        ("queued", "running"),
+        ("running", "failed"),
+    ]
+    assert all(e["at"] and e["attempt"] in (0, 1) for e in data["history"])
+
+    text = run_cli("status", str(ok_id), env=env)
+    assert text.returncode == 0, text.stderr
+    assert "succeeded" in text.stdout
+    assert "history" in text.stdout
+    assert "queued -> running" in text.stdout
+    assert_history_complete(conn)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["enqueue", "noop", "--org", "acme", "--payload", "{not json"], ["--payload"]),
+        (["enqueue", "noop", "--org", "acme", "--payload", "[1, 2]"], ["JSON object"]),
+        (["enqueue", "noop", "--org", "acme", "--payload", '{"x": NaN}'], ["payload"]),
+        (["enqueue", "noop", "--org", "acme", "--queue", "nope"], ["unknown queue", "nope"]),
+        (["status", "not-a-uuid"], ["not a job id"]),
+        (["status", "01a22000-0000-7000-8000-000000000000"], ["not found"]),
+    ],
+    ids=["bad-json", "not-object", "nan", "unknown-queue", "bad-id", "unknown-id"],
+)
+def test_bad_input_is_one_line_on_stderr(
+    db_url: str, conn: psycopg.Connection[Any], args: list[str], fragments: list[str]
+) -> None:
+    assert_one_line_error(run_cli(*args, env=make_env(db_url)), *fragments)
+    assert conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (0,), "no job created"
+
+
+def test_no_database_configured_is_one_line_on_stderr() -> None:
+    env = make_env(None)
+    for args in (["enqueue", "noop", "--org", "acme"], ["status", str(uuid.uuid4())], ["run"]):
+        assert_one_line_error(run_cli(*args, env=env), "JOBSD_DATABASE_URL")
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        (None, "No module named"),
+        ("raise RuntimeError('missing API key')\n", "RuntimeError: missing API key"),
+        ("def broken(:\n", "SyntaxError"),
+    ],
+    ids=["missing", "raises", "syntax-error"],
+)
+def test_a_broken_handler_module_is_one_line_on_stderr(
+    db_url: str, tmp_path: Path, source: str | None, fragment: str
+) -> None:
+    name = f"handlers_{uuid.uuid4().hex[:8]}"
+    if source is not None:
+        (tmp_path / f"{name}.py").write_text(source)
+    env = make_env(db_url, JOBSD_HANDLERS=name)
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    assert_one_line_error(run_cli("run", env=env), name, fragment)
+
+
+def test_an_unreachable_database_is_one_line_on_stderr(
+    make_cluster: Callable[..., EmbeddedPostgres],
+) -> None:
+    cluster = make_cluster()
+    url = cluster.url()
+    cluster.stop()
+    env = make_env(url)
+    for args in (
+        ["enqueue", "noop", "--org", "acme", "--wait"],
+        ["status", str(uuid.uuid4()), "--json"],
+        ["migrate"],
+        ["notify", "status"],
+    ):
+        line = assert_one_line_error(run_cli(*args, env=env))
+        assert "unavailable" in line or "connect" in line, line
+
+
+@pytest.fixture
+def empty_db(admin_url: str) -> Iterator[str]:
+    """Create an empty database (never migrated); return its URL and drop it afterwards."""
+    name = f"e2e_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(admin_url, dbname=name)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def test_migrate_twice_then_up_to_date(empty_db: str) -> None:
+    env = make_env(empty_db)
+    first = run_cli("migrate", env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("applied 0001_")
+    second = run_cli("migrate", env=env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "schema up to date\n"
+
+
+def test_run_refuses_an_unmigrated_database(empty_db: str) -> None:
+    assert_one_line_error(run_cli("run", env=make_env(empty_db)), "jobsd migrate")

@@ -1,0 +1,71 @@
+"""``jobsd dev``: a throwaway Postgres, the example handlers, and a clean exit."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from service.history import assert_history_complete
+
+from .conftest import Proc, make_env, run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def test_dev_runs_on_a_throwaway_postgres_and_removes_it_on_ctrl_c(
+    spawn: Callable[..., Proc], shared_tmp: Path
+) -> None:
+    # no JOBSD_DATABASE_URL: dev starts its own cluster, under TMPDIR
+    env = make_env(None, TMPDIR=str(shared_tmp))
+    env.pop("JOBSD_HANDLERS")  # dev loads the example handlers by default
+    dev = spawn("dev", env=env)
+    url = dev.wait_for(r"^\s+(postgresql://\S+)$", timeout_s=90).group(1)
+    dev.wait_for(r"Stop with Ctrl-C")
+    assert [p.name for p in shared_tmp.iterdir()], "the cluster lives under TMPDIR"
+
+    client_env = make_env(url)
+    done = run_cli("enqueue", "noop", "--org", "demo", "--wait", env=client_env)
+    assert done.returncode == 0, done.stderr
+    job_id = uuid.UUID(done.stdout.strip())
+    imported = run_cli(
+        "enqueue",
+        "import_csv",
+        "--org",
+        "demo",
+        "--payload",
+        '{"rows": 300, "delay_s": 0.01}',
+        "--wait",
+        env=client_env,
+    )
+    assert imported.returncode == 0, imported.stderr
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT status, report FROM jobsd.jobs WHERE id = %s",
+            (uuid.UUID(imported.stdout.strip()),),
+        ).fetchone()
+        assert row == (
+            "succeeded",
+            {
+                "read": 300,
+                "inserted": 300,
+                "ignored": 0,
+                "errors": 0,
+                "resumed_from": 0,
+                "attempt": 1,
+            },
+        )
+        assert conn.execute(
+            "SELECT status FROM jobsd.jobs WHERE id = %s", (job_id,)
+        ).fetchone() == ("succeeded",)
+        assert_history_complete(conn)
+
+    dev.send(signal.SIGINT)
+    assert dev.wait(30) == 0
+    assert "Traceback" not in dev.text()
+    assert list(shared_tmp.iterdir()) == [], "the throwaway cluster's directory is gone"
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=2).close()

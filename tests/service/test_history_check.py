@@ -1,0 +1,72 @@
+"""The history checker itself: it must be able to fail, or every test using it proves nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from jobsd.client import SyncClient
+
+from .history import assert_history_complete, history_problems
+
+
+def ev(job: str, frm: str | None, to: str, attempt: int) -> dict[str, Any]:
+    return {"job_id": job, "from_status": frm, "to_status": to, "attempt": attempt}
+
+
+GOOD = [
+    ev("a", None, "queued", 0),
+    ev("a", "queued", "running", 1),
+    ev("a", "running", "queued", 1),
+    ev("a", "queued", "running", 2),
+    ev("a", "running", "succeeded", 2),
+]
+
+
+def test_a_complete_chain_passes() -> None:
+    assert history_problems([{"id": "a", "status": "succeeded", "attempts": 2}], GOOD) == []
+
+
+@pytest.mark.parametrize(
+    ("job", "events", "expected"),
+    [
+        ({"id": "a", "status": "succeeded", "attempts": 2}, GOOD[:2] + GOOD[3:], "gap"),
+        ({"id": "a", "status": "succeeded", "attempts": 2}, GOOD[1:], "first event"),
+        ({"id": "a", "status": "failed", "attempts": 2}, GOOD, "last event ends"),
+        ({"id": "a", "status": "succeeded", "attempts": 3}, GOOD, "attempt"),
+        ({"id": "a", "status": "queued", "attempts": 0}, [], "no events"),
+        (
+            {"id": "a", "status": "running", "attempts": 2},
+            [*GOOD, ev("a", "succeeded", "running", 2)],
+            "left terminal",
+        ),
+        (
+            {"id": "a", "status": "running", "attempts": 3},
+            [ev("a", None, "queued", 0), ev("a", "queued", "running", 3)],
+            "claim did not count",
+        ),
+    ],
+    ids=["gap", "no-start", "wrong-end", "attempts", "none", "terminal", "claim"],
+)
+def test_a_broken_chain_is_reported(
+    job: dict[str, Any], events: list[dict[str, Any]], expected: str
+) -> None:
+    problems = history_problems([job], events)
+    assert any(expected in p for p in problems), problems
+
+
+def test_a_missing_event_row_in_the_database_is_caught(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    with SyncClient(db_url) as client:
+        job = client.enqueue("noop", {}, org_id="acme")
+    conn.execute("UPDATE jobsd.jobs SET status = 'running', attempts = 1 WHERE id = %s", (job.id,))
+    conn.execute("UPDATE jobsd.jobs SET status = 'succeeded' WHERE id = %s", (job.id,))
+    assert assert_history_complete(conn) == 1
+    conn.execute(
+        "DELETE FROM jobsd.job_events WHERE job_id = %s AND to_status = 'running'", (job.id,)
+    )
+    with pytest.raises(AssertionError, match="gap"):
+        assert_history_complete(conn)

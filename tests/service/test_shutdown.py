@@ -1,0 +1,86 @@
+"""Graceful stop: outcomes in flight are written exactly once; jobs still running past the
+drain timeout are written back."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import jobsd
+from jobsd.registry import Registry
+
+from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_status
+from .history import assert_history_complete_async
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def test_an_outcome_being_written_at_stop_is_written_once(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    returned = anyio.Event()
+
+    @jobsd.handler("quick", registry=registry)
+    async def quick(ctx: jobsd.JobContext) -> dict[str, bool]:
+        returned.set()
+        return {"ok": True}
+
+    # every outcome write takes 300 ms: the stop lands while it is in flight
+    await db.execute(
+        """
+        CREATE FUNCTION slow_finish() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
+        CREATE TRIGGER slow_finish BEFORE UPDATE ON jobsd.jobs FOR EACH ROW
+          WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION slow_finish();
+        """
+    )
+    async with running_daemon(make_settings(db_url), registry) as daemon:
+        job = await client.enqueue("quick", {}, org_id="acme")
+        with anyio.fail_after(5):
+            await returned.wait()
+
+    assert (await fetch_job(db, job.id))["status"] == "succeeded"
+    assert daemon.stats.finished == {("quick", "succeeded"): 1}
+    assert daemon.stats.discarded == 0, "a written outcome was also reported as discarded"
+    assert daemon.completer.pending == 0
+    await assert_history_complete_async(db)
+
+
+async def test_jobs_still_running_after_the_drain_timeout_are_written_back(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    @jobsd.handler("resumable", max_attempts=3, registry=registry)
+    async def resumable(ctx: jobsd.JobContext) -> None:
+        await ctx.progress(done=5)
+        await anyio.sleep(60)
+
+    @jobsd.handler("once", registry=registry)
+    async def once(ctx: jobsd.JobContext) -> None:
+        await anyio.sleep(60)
+
+    # attempts remain, but an interrupted run's outcome is unknown: never run it again
+    @jobsd.handler("publish", max_attempts=3, delivery="at_most_once", registry=registry)
+    async def publish(ctx: jobsd.JobContext) -> None:
+        await anyio.sleep(60)
+
+    settings = make_settings(db_url, drain_timeout=0.3)
+    async with running_daemon(settings, registry) as daemon:
+        again = await client.enqueue("resumable", {}, org_id="acme")
+        gone = await client.enqueue("once", {}, org_id="acme")
+        published = await client.enqueue("publish", {}, org_id="acme")
+        for job in (again, gone, published):
+            await wait_status(db, job.id, "running")
+    assert daemon.holdings.running == 0
+    assert (await fetch_job(db, published.id))["status"] == "failed"
+    assert (await events_of(db, published.id))[-1] == ("running", "failed", 1, "shutdown")
+
+    requeued = await fetch_job(db, again.id)
+    assert requeued["status"] == "queued"
+    assert requeued["lease_id"] is None
+    assert requeued["progress"]["done"] == 5, "the checkpoint is kept for the next attempt"
+    failed = await fetch_job(db, gone.id)
+    assert failed["status"] == "failed"
+    assert failed["reason"] == "shutdown"
+    assert (await events_of(db, again.id))[-1] == ("running", "queued", 1, "shutdown")
+    assert (await events_of(db, gone.id))[-1] == ("running", "failed", 1, "shutdown")
+    await assert_history_complete_async(db)
