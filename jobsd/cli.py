@@ -343,3 +343,12 @@ def notify(switch: str) -> None:
 
     enabled = anyio.run(apply)
     click.echo(f"notifications {'on' if enabled else 'off'}")
+
+
+def _register_extensions() -> None:
+    from jobsd.http_cli import register
+
+    register(main)
+
+
+_register_extensions()

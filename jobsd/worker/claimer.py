@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import anyio
+
 from jobsd.models import Job
 from jobsd.registry import Registry
 from jobsd.settings import Settings
@@ -83,7 +85,10 @@ class Claimer:
             return True
         jobs: list[Job] = []
         async for attempt in transient_retries("claim"):
-            with attempt:
+            # Shielded: a stop arriving while the claim is in flight must not lose jobs
+            # it committed as ours; they are started, then the stop takes effect. The
+            # back-off between attempts stays cancellable.
+            with attempt, anyio.CancelScope(shield=True):
                 async with acquire(self.pool, "claim") as conn:
                     jobs = await queries.claim_batch(
                         conn,
@@ -92,9 +97,9 @@ class Claimer:
                         queues=self.settings.queues or None,
                         keep_dedup_types=self.registry.keep_dedup_types(),
                     )
-        for job in jobs:
-            self.stats.claimed[job.type] += 1
-            self.start_job(job)
+                for job in jobs:
+                    self.stats.claimed[job.type] += 1
+                    self.start_job(job)
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})
         return len(jobs) == want

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["DaemonStats"]
+__all__ = ["RUN_BUCKETS_S", "DaemonStats", "RunTimes"]
+
+# upper bounds of the run-time histogram, in seconds
+RUN_BUCKETS_S = (0.005, 0.025, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+@dataclass(slots=True)
+class RunTimes:
+    """Handler run times by type, as histogram buckets (the HTTP layer exports them).
+
+    ``counts[type][i]`` counts runs of at most ``bounds_s[i]`` (and above the previous
+    bound); the last count is for runs above every bound.
+    """
+
+    bounds_s: tuple[float, ...] = RUN_BUCKETS_S
+    counts: dict[str, list[int]] = field(default_factory=dict)
+    sums_s: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, type: str, seconds: float) -> None:
+        """Record one run of ``type`` that took ``seconds``."""
+        counts = self.counts.setdefault(type, [0] * (len(self.bounds_s) + 1))
+        counts[bisect.bisect_left(self.bounds_s, seconds)] += 1
+        self.sums_s[type] = self.sums_s.get(type, 0.0) + seconds
 
 
 @dataclass(slots=True)
@@ -25,3 +48,5 @@ class DaemonStats:
     swept: Counter[str] = field(default_factory=Counter)
     """jobs rescued by this daemon's sweeper, by new status"""
     last_notify_monotonic: float | None = None
+    run_s: RunTimes = field(default_factory=RunTimes)
+    """handler run times, by type"""

@@ -10,15 +10,19 @@ wait.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import signal
+import time
 from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
 
 from jobsd.errors import ConfigError
+from jobsd.http import serve as serve_http
+from jobsd.http.settings import HttpSettings
 from jobsd.models import Job
 from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
@@ -56,10 +60,17 @@ class Daemon:
     Build it inside the event loop that runs it.
     """
 
-    def __init__(self, settings: Settings, registry: Registry | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry | None = None,
+        *,
+        http: HttpSettings | None = None,
+    ) -> None:
         if not settings.database_url:
             raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
         self.settings = settings
+        self.http = http if http is not None else HttpSettings()
         self.registry = registry or default_registry
         self.stats = DaemonStats()
         self.waker = Waker()
@@ -124,6 +135,11 @@ class Daemon:
             async with anyio.create_task_group() as services:
                 if handle_signals:
                     services.start_soon(self._watch_signals)
+                if self.http.http_addr:
+                    # up before the database is: /readyz answers 503 meanwhile
+                    await services.start(
+                        functools.partial(serve_http, self.settings, self.http, daemon=self)
+                    )
                 # The first LISTEN waits for the database, however long it is away; a
                 # stop meanwhile must not wait with it (nothing was claimed yet).
                 with self._start_scope:
@@ -175,6 +191,7 @@ class Daemon:
             self.completer.submit(held, self._interrupted(job))
             raise
         self.holdings.release_slot(held)
+        self.stats.run_s.observe(job.type, time.monotonic() - held.started_monotonic)
         if outcome is None:  # our scope was cancelled: the lease is gone
             self.completer.submit(held, failure("lease lost", reason="lease lost"))
             return

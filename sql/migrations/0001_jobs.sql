@@ -123,12 +123,13 @@ CREATE TRIGGER jobs_history_update AFTER UPDATE OF status ON jobsd.jobs
 -- Wake-up: once per statement and queue, never once per row. Postgres folds
 -- identical notifications within a transaction, so a bulk insert or a
 -- transaction of many inserts sends one per queue. The payload is only the
--- queue name. `jobsd notify off` disables these triggers (poll-only mode).
+-- queue name. A scheduled job notifies too: an idle daemon learns its due time
+-- and sleeps until then. `jobsd notify off` disables these triggers (poll-only).
 CREATE FUNCTION jobsd.notify_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_notify('jobsd', q.queue)
-  FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'queued') AS q;
+  FROM (SELECT DISTINCT queue FROM new_jobs WHERE status IN ('queued', 'scheduled')) AS q;
   RETURN NULL;
 END
 $$;

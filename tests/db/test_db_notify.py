@@ -102,7 +102,8 @@ async def test_bulk_insert_sends_one_notification_per_queue(
     async with Client(db_url) as client:
         jobs = await client.enqueue_many(specs)
 
-    assert sorted(watch.collect(conn)) == ["default", "mail"]
+    # scheduled jobs notify too, so an idle daemon learns their due time
+    assert sorted(watch.collect(conn)) == ["default", "mail", "scheduled-only"]
     assert [j.status for j in jobs[-3:]] == [JobStatus.SCHEDULED] * 3
     assert count_jobs(conn) == 103
 
@@ -127,7 +128,7 @@ def test_a_transaction_of_many_inserts_sends_one_notification_per_queue(
         assert watch.collect(conn) == ["default", "default"]
 
 
-def test_scheduled_jobs_notify_when_promoted_not_when_inserted(
+def test_scheduled_jobs_notify_when_inserted_and_when_promoted(
     db_url: str, conn: psycopg.Connection[Any], listener: Callable[[], Listener]
 ) -> None:
     watch = listener()
@@ -135,7 +136,8 @@ def test_scheduled_jobs_notify_when_promoted_not_when_inserted(
     with SyncClient(db_url) as client:
         for _ in range(3):
             client.enqueue("t", {}, org_id="o", run_after=later)
-    assert watch.collect(conn) == []
+    # an idle daemon must learn the due time: one notification per insert statement
+    assert watch.collect(conn) == ["default"] * 3
 
     promoted = queries.run_named_sync(
         conn, "jobs_promote_due", {"limit": 10, "now": later + timedelta(seconds=1)}

@@ -69,35 +69,7 @@ async def test_a_job_scheduled_before_start_runs_when_due(
     await run_scheduled(db_url, db, client, registry, enqueue_first=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sql: jobs_notify_insert only notifies 'queued' rows, so an idle daemon learns "
-    "of a job scheduled for later at its next poll (fix: notify 'scheduled' rows too)",
-)
 async def test_a_job_scheduled_while_the_daemon_idles_runs_when_due(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
-    await run_scheduled(db_url, db, client, registry, enqueue_first=False)
-
-
-async def test_a_notified_scheduled_job_wakes_the_claimer_to_learn_its_due_time(
-    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
-) -> None:
-    """With a NOTIFY for scheduled inserts, the idle claimer sleeps until the due time.
-
-    The shipped trigger lacks it (see the xfail above); this installs it in the test's
-    own database to check the claimer's half of the contract.
-    """
-    await db.execute(
-        """
-        CREATE OR REPLACE FUNCTION jobsd.notify_inserted() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        BEGIN
-          PERFORM pg_notify('jobsd', q.queue)
-          FROM (SELECT DISTINCT queue FROM new_jobs
-                WHERE status IN ('queued', 'scheduled')) AS q;
-          RETURN NULL;
-        END $$
-        """
-    )
     await run_scheduled(db_url, db, client, registry, enqueue_first=False)
