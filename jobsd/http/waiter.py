@@ -19,11 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
-import psycopg
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable
-from jobsd.store.db import db_errors, transient_retries
+from jobsd.store.listen import notifications, open_listen_connection
 
 __all__ = ["DONE_CHANNEL", "DoneWaiter", "Watch"]
 
@@ -117,32 +116,22 @@ class DoneWaiter:
         task_status.started()
         first = True
         while True:
-            conn: psycopg.AsyncConnection[object] | None = None
-            async for attempt in transient_retries("listen for finished jobs"):
-                with attempt, db_errors("listen connection for finished jobs"):
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.url,
-                        autocommit=True,
-                        application_name="jobsd-api-listen",
-                        keepalives=1,
-                        keepalives_idle=30,
-                        keepalives_interval=10,
-                        keepalives_count=3,
-                    )
-            assert conn is not None
+            conn = await open_listen_connection(
+                self.url,
+                DONE_CHANNEL,
+                application_name="jobsd-api-listen",
+                operation="listen for finished jobs",
+            )
             try:
                 async with conn:
-                    with db_errors("listen for finished jobs"):
-                        await conn.execute(f"LISTEN {DONE_CHANNEL}")
                     self.connected = True
                     if not first:
                         self.reconnects += 1
                         log.info("waiter.reconnected")
                     first = False
                     self.wake_all()
-                    with db_errors("listen for finished jobs"):
-                        async for note in conn.notifies():
-                            self._deliver(note.payload)
+                    async for payload in notifications(conn, "listen for finished jobs"):
+                        self._deliver(payload)
             except BackendUnavailable as exc:
                 log.warning("waiter.lost", extra={"error": str(exc)})
             finally:

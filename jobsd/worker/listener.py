@@ -11,11 +11,10 @@ import logging
 import time
 
 import anyio
-import psycopg
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable
-from jobsd.store.db import db_errors, transient_retries
+from jobsd.store.listen import notifications, open_listen_connection
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.waker import Waker
 
@@ -41,23 +40,11 @@ class Listener:
         started = False
         first = True
         while True:
-            conn: psycopg.AsyncConnection[object] | None = None
-            async for attempt in transient_retries("listen"):
-                with attempt, db_errors("listen connection"):
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.url,
-                        autocommit=True,
-                        application_name="jobsd-listen",
-                        keepalives=1,
-                        keepalives_idle=30,
-                        keepalives_interval=10,
-                        keepalives_count=3,
-                    )
-            assert conn is not None
+            conn = await open_listen_connection(
+                self.url, CHANNEL, application_name="jobsd-listen", operation="listen"
+            )
             try:
                 async with conn:
-                    with db_errors("listen"):
-                        await conn.execute(f"LISTEN {CHANNEL}")
                     self.connected = True
                     if not first:
                         self.stats.reconnects += 1
@@ -67,15 +54,11 @@ class Listener:
                     if not started:
                         started = True
                         task_status.started()
-                    await self._receive(conn)
+                    async for queue in notifications(conn, "listen"):
+                        if not self.queues or queue in self.queues:
+                            self.stats.last_notify_monotonic = time.monotonic()
+                            self.waker.wake("notify")
             except BackendUnavailable as exc:
                 log.warning("listener.lost", extra={"error": str(exc)})
             finally:
                 self.connected = False
-
-    async def _receive(self, conn: psycopg.AsyncConnection[object]) -> None:
-        with db_errors("listen"):
-            async for note in conn.notifies():
-                if not self.queues or note.payload in self.queues:
-                    self.stats.last_notify_monotonic = time.monotonic()
-                    self.waker.wake("notify")
