@@ -71,10 +71,16 @@ def _banner(url: str, embedded: bool) -> str:
 jobsd dev is running on {where}:
     {url}
 
-In another terminal:
+In another terminal (prefix the commands with `uv run` in a checkout):
     export JOBSD_DATABASE_URL='{url}'
     jobsd enqueue import_csv --org demo --payload '{{"rows": 3000}}' --wait
-    jobsd enqueue always_fails --org demo --wait; jobsd status <id printed above>
+    jobsd enqueue always_fails --org demo --wait
+    jobsd status <id printed by enqueue>
+
+To see a crashed import resume from its checkpoint, run a second daemon on the same
+database, kill -9 it mid-import, and watch this one rescue the job within
+JOBSD_STALE_AFTER (30 s here) and finish it from where the dead one stopped:
+    JOBSD_HANDLERS=jobsd_examples PYTHONPATH=examples jobsd run
 
 Stop with Ctrl-C.
 """
