@@ -132,11 +132,13 @@ def migrate(database_url: str | None) -> None:
 def run(slots: int | None) -> None:
     """Run the worker daemon until SIGTERM or SIGINT."""
     from jobsd.logs import setup_logging
+    from jobsd.security import require_secure_connection
     from jobsd.worker.supervisor import run_daemon
 
     settings = load_settings(slots=slots)
     url = _require_url(settings)
     setup_logging(settings.log_level, settings.log_format)
+    require_secure_connection(url)
     _check_schema(url)
     run_daemon(settings)
 
@@ -157,6 +159,12 @@ def _check_schema(url: str) -> None:
         raise MigrationError(
             f"database schema is behind ({', '.join(pending)} pending): run `jobsd migrate`"
         )
+    from jobsd.roles import check_sees_all_orgs
+
+    try:
+        check_sees_all_orgs(url)  # a role limited to one org would idle without a word
+    except BackendUnavailable as exc:
+        logging.getLogger("jobsd.cli").warning("daemon.role_unchecked", extra={"error": str(exc)})
 
 
 @main.command()
@@ -346,9 +354,10 @@ def notify(switch: str) -> None:
 
 
 def _register_extensions() -> None:
-    from jobsd.http_cli import register
+    from jobsd import http_cli, roles_cli
 
-    register(main)
+    http_cli.register(main)
+    roles_cli.register(main)
 
 
 _register_extensions()

@@ -34,6 +34,7 @@ def run_dev(*, slots: int | None = None) -> None:
     """Start (or reuse) a database, migrate it, and run a daemon until SIGTERM/SIGINT."""
     from jobsd.embedded import EmbeddedPostgres
     from jobsd.logs import setup_logging
+    from jobsd.security import require_secure_connection
     from jobsd.store.migrate import migrate_sync
     from jobsd.worker.supervisor import run_daemon
 
@@ -51,6 +52,8 @@ def run_dev(*, slots: int | None = None) -> None:
         url = cluster.url()
     try:
         setup_logging(settings.log_level, settings.log_format)
+        if cluster is None:  # the embedded cluster is local and throwaway: no check
+            require_secure_connection(url)
         migrate_sync(url)
         settings = settings.model_copy(
             update={"database_url": url, "handlers": handlers, "slots": slots or settings.slots}
@@ -72,7 +75,7 @@ jobsd dev is running on {where}:
     {url}
 
 In another terminal (prefix the commands with `uv run` in a checkout):
-    export JOBSD_DATABASE_URL='{url}'
+    export JOBSD_DATABASE_URL='{url}' JOBSD_ALLOW_INSECURE=1
     jobsd enqueue import_csv --org demo --payload '{{"rows": 3000}}' --wait
     jobsd enqueue always_fails --org demo --wait
     jobsd status <id printed by enqueue>

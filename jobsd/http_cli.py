@@ -68,12 +68,14 @@ def api(addr: str) -> None:
     from jobsd.http.server import run_api
     from jobsd.http.settings import HttpSettings
     from jobsd.logs import setup_logging
+    from jobsd.security import require_secure_connection
     from jobsd.settings import Settings
 
     settings = Settings()
-    _database_url()
+    url = _database_url()
     http = HttpSettings(http_addr=addr)
     setup_logging(settings.log_level, settings.log_format)
+    require_secure_connection(url)
     run_api(settings, http)
 
 

@@ -20,13 +20,15 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
+from jobsd import sdnotify
 from jobsd.errors import ConfigError
 from jobsd.http import serve as serve_http
 from jobsd.http.settings import HttpSettings
 from jobsd.models import Job
 from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
-from jobsd.store.db import AsyncPool, make_async_pool
+from jobsd.store import queries
+from jobsd.store.db import AsyncPool, acquire, make_async_pool
 from jobsd.worker.claimer import Claimer
 from jobsd.worker.completer import Completer
 from jobsd.worker.executor import Outcome, failure, make_context, run_handler
@@ -107,6 +109,17 @@ class Daemon:
         """Return the event set once the daemon listens and claims."""
         return self._ready
 
+    async def healthy(self) -> bool:
+        """Tell whether the daemon is useful: LISTEN is up and the pool answers a query.
+
+        For the systemd watchdog; a blocked event loop never gets here.
+        """
+        if self.settings.notify and not self.listener.connected:
+            return False
+        async with acquire(self.pool, "watchdog check") as conn:
+            await queries.run_named(conn, "api_ping", {})
+        return True
+
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
         if self.stopping:
@@ -115,6 +128,7 @@ class Daemon:
                 self._jobs_tg.cancel_scope.cancel()
             return
         self.stopping = True
+        sdnotify.stopping()
         log.info("daemon.stopping", extra={"running": self.holdings.running})
         self._start_scope.cancel()
         self._claim_scope.cancel()
@@ -226,8 +240,11 @@ def run_daemon(settings: Settings, *, on_ready: Callable[[], None] | None = None
 
         async def announce() -> None:
             await daemon.ready.wait()
+            sdnotify.ready(f"claiming with {settings.slots} slots")
             if on_ready is not None:
                 on_ready()
+            # systemd arms the watchdog at READY; pings stop while the daemon is useless
+            await sdnotify.Watchdog(daemon.healthy).run()
 
         async with anyio.create_task_group() as tg:
             # a daemon stopped before it was ready never sets `ready`: do not wait for it

@@ -38,6 +38,7 @@ DAEMON_ENV = {
     "JOBSD_PROGRESS_INTERVAL": "0.1",
     "JOBSD_DRAIN_TIMEOUT": "10",
     "JOBSD_LOG_LEVEL": "INFO",
+    "JOBSD_ALLOW_INSECURE": "1",  # the test server listens on plain TCP (127.0.0.1)
 }
 
 

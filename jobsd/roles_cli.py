@@ -1,0 +1,122 @@
+"""The ``jobsd roles`` commands: create the least-privilege roles on a database.
+
+``jobsd.cli`` attaches them with ``register(main)``. Errors are one line on stderr
+(``jobsd: error: ...``) and exit status 1, like every jobsd command.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import NoReturn, ParamSpec, TypeVar
+
+import click
+import pydantic
+
+from jobsd.errors import ConfigError, JobsdError
+
+__all__ = ["register"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _fail(message: str) -> NoReturn:
+    # one line, even for libpq's multi-line messages
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    click.echo(f"jobsd: error: {line}", err=True)
+    sys.exit(1)
+
+
+def _friendly(func: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except JobsdError as exc:
+            _fail(str(exc))
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "settings"
+            _fail(f"invalid setting JOBSD_{where.upper()}: {first['msg']}")
+
+    return wrapper
+
+
+def _passwords(specs: tuple[str, ...]) -> dict[str, str]:
+    """Read ``KIND=VAR`` pairs: the password of role KIND is in environment variable VAR."""
+    from jobsd.roles import ROLE_KINDS
+
+    passwords: dict[str, str] = {}
+    for spec in specs:
+        kind, sep, var = spec.partition("=")
+        kind, var = kind.strip(), var.strip()
+        if not sep or not var or kind not in ROLE_KINDS:
+            raise ConfigError(
+                f"--password-env {spec!r}: use KIND=VARIABLE with KIND one of "
+                f"{', '.join(ROLE_KINDS)}, e.g. --password-env worker=JOBSD_WORKER_PASSWORD"
+            )
+        value = os.environ.get(var, "")
+        if not value:
+            raise ConfigError(f"--password-env {spec!r}: environment variable {var} is empty")
+        passwords[kind] = value
+    return passwords
+
+
+@click.group()
+def roles() -> None:
+    """Manage the least-privilege database roles (owner, enqueue, worker, read)."""
+
+
+@roles.command("create")
+@click.option(
+    "--prefix",
+    default="jobsd",
+    show_default=True,
+    help="Roles are named PREFIX_owner, PREFIX_enqueue, PREFIX_worker, PREFIX_read.",
+)
+@click.option(
+    "--password-env",
+    "password_env",
+    multiple=True,
+    metavar="KIND=VAR",
+    help="Set the password of role KIND from environment variable VAR (repeatable); "
+    "roles without one keep theirs.",
+)
+@click.option(
+    "--database-url",
+    envvar="JOBSD_DATABASE_URL",
+    help="Superuser libpq URL of the database (JOBSD_DATABASE_URL).",
+)
+@_friendly
+def roles_create(prefix: str, password_env: tuple[str, ...], database_url: str | None) -> None:
+    """Create the roles (idempotent) and grant each exactly what it needs on schema jobsd.
+
+    Run it as a superuser after `jobsd migrate`, and again after every upgrade.
+    """
+    from jobsd.roles import create_roles
+    from jobsd.security import require_secure_connection
+
+    passwords = _passwords(password_env)
+    if not database_url:
+        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
+    insecure = require_secure_connection(database_url)
+    if insecure is not None:
+        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
+    report = create_roles(database_url, prefix=prefix, passwords=passwords)
+    for name in report.created:
+        click.echo(f"created role {name}")
+    for name in report.existing:
+        click.echo(f"role {name} exists")
+    for name in report.passwords_set:
+        click.echo(f"password set for {name}")
+    for target in report.adopted:
+        click.echo(f"{target} now owned by {report.names.owner}")
+    click.echo(f"grants and policies up to date on database {report.database!r}")
+
+
+def register(main: click.Group) -> None:
+    """Attach ``roles`` to the ``jobsd`` command group."""
+    main.add_command(roles)

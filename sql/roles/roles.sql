@@ -1,0 +1,135 @@
+-- The least-privilege roles of `jobsd roles create`. Roles are cluster-wide and
+-- grants are per database, so this is not a migration: the command runs these
+-- blocks in one transaction, on the database named by its URL, after `jobsd
+-- migrate`, and again after every upgrade (it is idempotent).
+--
+-- {owner}, {enqueue}, {worker}, {read}, {role}, {database}, {password} and {policy}
+-- are filled in by jobsd.roles as quoted identifiers or literals.
+-- Blocks without placeholders take bind parameters instead.
+
+-- name: roles_lock
+SELECT pg_advisory_xact_lock(hashtextextended('jobsd roles create', 0));
+
+-- name: roles_runner
+SELECT r.rolsuper, r.rolcreaterole, current_database() AS database
+FROM pg_roles AS r WHERE r.rolname = current_user;
+
+-- name: roles_schema_state
+SELECT to_regclass('jobsd.jobs') IS NOT NULL AS migrated,
+       coalesce((SELECT c.relrowsecurity FROM pg_class AS c
+                 WHERE c.oid = to_regclass('jobsd.jobs')), false) AS rls,
+       to_regclass('jobsd.api_tokens') IS NOT NULL AS has_api_tokens;
+
+-- name: roles_existing
+SELECT rolname, rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls,
+       rolcanlogin
+FROM pg_roles WHERE rolname = ANY(%(names)s::text[]);
+
+-- name: roles_create
+-- The defaults: NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT.
+CREATE ROLE {role} LOGIN;
+
+-- name: roles_login
+ALTER ROLE {role} LOGIN;
+
+-- name: roles_set_password
+ALTER ROLE {role} PASSWORD {password};
+
+-- name: roles_grant_database
+GRANT CONNECT ON DATABASE {database} TO {owner}, {enqueue}, {worker}, {read};
+-- the migrations' bookkeeping runs CREATE SCHEMA IF NOT EXISTS
+GRANT CREATE ON DATABASE {database} TO {owner};
+
+-- name: roles_foreign_objects
+-- What the owner role must own to run migrations: the schema and every table,
+-- view, free-standing sequence, function and procedure in it (indexes, identity sequences
+-- and row types follow their table).
+-- `target` is the object's name as Postgres quotes it, ready for ALTER ... OWNER.
+SELECT o.kind, o.target FROM (
+  SELECT 'SCHEMA' AS kind, quote_ident(n.nspname) AS target
+  FROM pg_namespace AS n
+  WHERE n.nspname = 'jobsd' AND n.nspowner <> %(owner)s::regrole
+  UNION ALL
+  SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
+                        WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+         c.oid::regclass::text
+  FROM pg_class AS c
+  WHERE c.relnamespace = 'jobsd'::regnamespace
+    AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+    AND c.relowner <> %(owner)s::regrole
+    AND NOT EXISTS (SELECT 1 FROM pg_depend AS d
+                    WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                      AND d.deptype IN ('a', 'i'))
+  UNION ALL
+  SELECT 'ROUTINE', p.oid::regprocedure::text
+  FROM pg_proc AS p
+  WHERE p.pronamespace = 'jobsd'::regnamespace AND p.prokind IN ('f', 'p')
+    AND p.proowner <> %(owner)s::regrole
+) AS o
+ORDER BY o.kind = 'SCHEMA' DESC, o.kind, o.target;
+
+-- name: roles_grant_tables
+-- Start from nothing on every table and sequence, then grant exactly what each
+-- role needs: re-running converges on this list, whatever was granted before.
+REVOKE ALL ON ALL TABLES IN SCHEMA jobsd FROM {enqueue}, {worker}, {read};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA jobsd FROM {enqueue}, {worker}, {read};
+GRANT USAGE ON SCHEMA jobsd TO {enqueue}, {worker}, {read};
+-- read: every table, read-only; row-level security limits jobs and job_events to
+-- the org set in jobsd.org_id
+GRANT SELECT ON ALL TABLES IN SCHEMA jobsd TO {read};
+-- enqueue: insert jobs and read them back (jobs_insert ... RETURNING, dedup
+-- re-reads, history), cancel them before they start (the API); the history
+-- trigger runs as the invoker, hence INSERT on job_events. All of it limited to
+-- the org in jobsd.org_id by row-level security.
+GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {enqueue};
+GRANT SELECT, INSERT ON jobsd.jobs TO {enqueue};
+GRANT UPDATE (status, reason, finished_at, dedup_key) ON jobsd.jobs TO {enqueue};
+GRANT SELECT, INSERT ON jobsd.job_events TO {enqueue};
+-- worker: claim, heartbeat, finish, sweep (UPDATE ... RETURNING needs SELECT);
+-- the history trigger writes job_events; schema_migrations for the start check.
+-- Advisory locks and LISTEN need no grant.
+GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {worker};
+GRANT SELECT, UPDATE ON jobsd.jobs TO {worker};
+GRANT INSERT ON jobsd.job_events TO {worker};
+
+-- name: roles_grant_api_tokens
+-- The HTTP API, running as the enqueue role, looks bearer tokens up by hash.
+GRANT SELECT ON jobsd.api_tokens TO {enqueue};
+
+-- name: roles_default_privileges
+-- Tables that later migrations create (as the owner role) are readable by the
+-- read role at once; the other roles get theirs from the next `jobsd roles create`.
+ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA jobsd GRANT SELECT ON TABLES TO {read};
+
+-- name: roles_policies
+-- The worker sees and updates every org's jobs: a permissive policy adds to the
+-- org policy of migration 0003 (policies are OR-ed). Superusers and the owner of
+-- the tables are not subject to row-level security at all.
+DROP POLICY IF EXISTS {policy} ON jobsd.jobs;
+CREATE POLICY {policy} ON jobsd.jobs AS PERMISSIVE FOR ALL TO {worker}
+  USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS {policy} ON jobsd.job_events;
+CREATE POLICY {policy} ON jobsd.job_events AS PERMISSIVE FOR ALL TO {worker}
+  USING (true) WITH CHECK (true);
+
+-- name: roles_sees_all_orgs
+-- Whether the current user sees every org's jobs: row-level security does not
+-- apply to it (superuser, owner, BYPASSRLS), or a permissive policy with a true
+-- condition applies to it for reads and for updates.
+SELECT NOT row_security_active('jobsd.jobs')
+       OR (SELECT bool_or(p.polcmd IN ('*', 'r')) AND bool_or(p.polcmd IN ('*', 'w'))
+           FROM pg_policy AS p
+           WHERE p.polrelid = 'jobsd.jobs'::regclass AND p.polpermissive
+             AND pg_get_expr(p.polqual, p.polrelid) = 'true'
+             AND EXISTS (SELECT 1 FROM unnest(p.polroles) AS r(oid)
+                         WHERE r.oid = 0 OR pg_has_role(r.oid, 'USAGE'))) IS TRUE
+       AS sees_all;
+
+-- name: roles_drop_owned
+-- Before DROP ROLE: hand what the role owns to the current user, then drop its
+-- grants, default privileges and policies in this database.
+REASSIGN OWNED BY {role} TO CURRENT_USER;
+DROP OWNED BY {role};
+
+-- name: roles_drop
+DROP ROLE IF EXISTS {role};
