@@ -123,13 +123,18 @@ def enqueue_plan(spec: JobSpec) -> Plan:
     """Insert a job, or find the one that holds its id or dedup key.
 
     The dedup holder may finish (and release its key) between our conflict and our
-    re-read; then the insert is tried again, up to three times.
+    re-read; then the insert is tried again, up to three times. Under row-level
+    security a job of another org is invisible: when the id conflicted but no job
+    with that id can be read, three times over, the id is taken by a job we may not
+    see, and that is DuplicateJob, as when we can see it belongs to another org.
     """
+    id_unseen = False
     for _ in range(_DEDUP_TRIES):
         rows = yield Statement("jobs_insert", spec.insert_params())
         if rows:
             return Job.from_row(rows[0])
         # Without a dedup key only the id can have conflicted (a re-sent spec).
+        id_unseen = False
         if spec.id_may_exist or spec.dedup_key is None:
             rows = yield Statement("jobs_get", {"id": spec.id})
             if rows:
@@ -137,6 +142,7 @@ def enqueue_plan(spec: JobSpec) -> Plan:
                 if existing.org_id != spec.org_id:
                     raise DuplicateJob(f"job id {spec.id} is already in use")
                 return existing
+            id_unseen = spec.id_may_exist
         if spec.dedup_key is not None:
             rows = yield Statement(
                 "jobs_get_by_dedup_key", {"org_id": spec.org_id, "dedup_key": spec.dedup_key}
@@ -146,6 +152,11 @@ def enqueue_plan(spec: JobSpec) -> Plan:
         rows = yield Statement("queues_exists", {"name": spec.queue})
         if not rows[0]["exists"]:
             raise UnknownQueue(spec.queue)
+    if id_unseen:
+        raise DuplicateJob(
+            f"job id {spec.id} is already in use (by a job of another org, hidden by "
+            "row-level security)"
+        )
     raise DatabaseError(
         f"enqueue of {spec.type!r} gave up: dedup key {spec.dedup_key!r} kept changing hands"
     )

@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from jobsd.http import tokens
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import problem, store_errors
 
-__all__ = ["bearer_org"]
+__all__ = ["TOKEN_ID_STATE", "bearer_org"]
+
+# request.state attribute holding the id of the request's token (the rate-limit key)
+TOKEN_ID_STATE = "jobsd_token_id"
 
 _scheme = HTTPBearer(
     auto_error=False,
@@ -25,9 +28,14 @@ def _unauthorized(message: str) -> Exception:
 
 
 def bearer_org(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
-    """Return a dependency that resolves the request's bearer token to its org id (else 401)."""
+    """Return a dependency that resolves the request's bearer token to its org id (else 401).
+
+    It also leaves the token's id in ``request.state`` (``TOKEN_ID_STATE``): the
+    submission rate is limited per token.
+    """
 
     async def org_from_token(
+        request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_scheme)],
     ) -> str:
         if credentials is None:
@@ -36,9 +44,13 @@ def bearer_org(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
         if not tokens.looks_like_token(token):
             raise _unauthorized("invalid bearer token")
         with store_errors("token lookup"):
-            org_id = await backend.read("token lookup", tokens.token_org, tokens.hash_token(token))
-        if org_id is None:
+            found = await backend.read(
+                "token lookup", tokens.lookup_token, tokens.hash_token(token)
+            )
+        if found is None:
             raise _unauthorized("invalid bearer token")
+        token_id, org_id = found
+        setattr(request.state, TOKEN_ID_STATE, token_id)
         return org_id
 
     return org_from_token

@@ -1,10 +1,11 @@
-"""What the API's routes stand on: the client, a pool, the LISTEN waiter and the loop monitor.
+"""What the API's routes stand on: a pool, the LISTEN waiter, the loop monitor, rate limits.
 
 One ``ApiBackend`` per app (or per mounted router). Its lifespan opens everything
 without waiting for the database, so the API comes up (and says 503) while Postgres
-is down. Submissions go through ``jobsd.Client`` (its retry and "outcome unknown"
-logic); reads, cancels and introspection use a pool of their own, so the API never
-takes connections from an attached daemon.
+is down. Submissions, reads, cancels and introspection use a pool of the API's own,
+so the API never takes connections from an attached daemon. Every query on jobs sets
+the org for its transaction first (``queries.run_for_org``): the API works under the
+enqueue or the read role, with row-level security behind its ``WHERE org_id``.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
-from jobsd.client import Client
+from jobsd.client import JobSpec
 from jobsd.errors import BackendUnavailable, ConfigError
 from jobsd.http.monitor import LoopMonitor
 from jobsd.http.problems import problem
 from jobsd.http.protocols import DaemonView
+from jobsd.http.ratelimit import SubmitLimiter
 from jobsd.http.settings import HttpSettings
+from jobsd.http.submit import submit
 from jobsd.http.waiter import DoneWaiter
+from jobsd.models import Job
 from jobsd.settings import Settings
 from jobsd.store.db import AsyncConn, AsyncPool, acquire, make_async_pool
 
@@ -51,7 +55,8 @@ class ApiBackend:
         self.daemon = daemon
         self.monitor = LoopMonitor()
         self.started_monotonic = time.monotonic()
-        self._client: Client | None = None
+        rate = self.http.submit_rate_limit()
+        self.submit_limiter: SubmitLimiter | None = SubmitLimiter(rate) if rate else None
         self._pool: AsyncPool | None = None
         self._waiter: DoneWaiter | None = None
         self._tg: TaskGroup | None = None
@@ -61,13 +66,6 @@ class ApiBackend:
     def body_limit(self) -> int:
         """Return the request body cap in bytes."""
         return self.http.body_limit(self.settings.max_payload_bytes)
-
-    @property
-    def client(self) -> Client:
-        """Return the client that submits jobs."""
-        if self._client is None:
-            raise _not_started()
-        return self._client
 
     @property
     def pool(self) -> AsyncPool:
@@ -101,6 +99,10 @@ class ApiBackend:
         if self._waiter is not None:
             self._waiter.close()
 
+    async def submit(self, spec: JobSpec) -> Job:
+        """Create the job of ``spec`` for its org; see ``jobsd.http.submit.submit``."""
+        return await submit(self.pool, spec)
+
     async def read(
         self,
         operation: str,
@@ -122,11 +124,10 @@ class ApiBackend:
 
     @asynccontextmanager
     async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
-        """Open the client, the pool and the waiter; close them on exit."""
+        """Open the pool and the waiter; close them on exit."""
         url = self.settings.database_url
         if not url:
             raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
-        client = Client(url, settings=self.settings)
         pool = make_async_pool(
             url,
             name="api",
@@ -140,7 +141,7 @@ class ApiBackend:
             async with anyio.create_task_group() as tg:
                 await tg.start(waiter.run)
                 await tg.start(self.monitor.run)
-                self._client, self._pool, self._waiter = client, pool, waiter
+                self._pool, self._waiter = pool, waiter
                 if self._ready is None:
                     self._ready = anyio.Event()
                 self._ready.set()
@@ -152,9 +153,8 @@ class ApiBackend:
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                await client.close()
                 await pool.close()
-            self._client = self._pool = self._waiter = None
+            self._pool = self._waiter = None
             log.info("api.stopped")
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "field_error",
     "http_error_handler",
     "problem",
+    "rate_limited",
     "responses",
     "store_errors",
     "validation_error_handler",
@@ -47,6 +48,8 @@ _DESCRIPTIONS = {
     404: "No such job in this org (a job of another org is not found either).",
     409: "The request conflicts with the job's state.",
     413: "The request body or the payload is larger than the configured cap.",
+    429: "Over the token's submission rate (JOBSD_SUBMIT_RATE): nothing was written; "
+    "retry after Retry-After seconds.",
     503: "The database is unavailable: nothing was done (or, with code outcome_unknown, "
     "retry with the same id).",
 }
@@ -54,7 +57,17 @@ _DESCRIPTIONS = {
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """Declare error answers for a route's OpenAPI entry."""
-    return {code: {"model": ErrorOut, "description": _DESCRIPTIONS[code]} for code in codes}
+    declared: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        declared[code] = {"model": ErrorOut, "description": _DESCRIPTIONS[code]}
+        if code == 429:
+            declared[code]["headers"] = {
+                "Retry-After": {
+                    "description": "Seconds until a submission will pass again.",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            }
+    return declared
 
 
 def problem(
@@ -70,6 +83,20 @@ def problem(
     if job_id is not None:
         detail["job_id"] = str(job_id)
     return HTTPException(status_code=status, detail=detail, headers=headers)
+
+
+def rate_limited(rate: str, retry_after_s: int) -> HTTPException:
+    """Answer 429: the token is over its submission rate."""
+    return HTTPException(
+        status_code=429,
+        detail={
+            "code": "rate_limited",
+            "message": f"too many submissions with this token (limit {rate}): "
+            f"retry in {retry_after_s} s",
+            "retry_after_s": retry_after_s,
+        },
+        headers={"Retry-After": str(retry_after_s)},
+    )
 
 
 def field_error(loc: tuple[str, ...], message: str, code: str, value: Any = None) -> Exception:

@@ -19,6 +19,7 @@ import anyio
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import AfterValidator
 
+from jobsd.client import JobSpec
 from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
@@ -28,12 +29,14 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.http import queries
+from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import (
     database_error,
     db_unavailable,
     field_error,
     problem,
+    rate_limited,
     responses,
     store_errors,
 )
@@ -90,17 +93,27 @@ def jobs_router(
         "/jobs",
         status_code=202,
         response_model=JobOut,
-        responses=responses(409, 413, 503),
+        responses=responses(409, 413, 429, 503),
         operation_id="submit_job",
         summary="Submit a job",
         description="Answers 202 once the job is committed, whatever the workers are doing. "
         "With a client `id`, a retried submission returns the same job, never a second one; "
-        "with a `dedup_key` held by a pending job of the org, that job is returned.",
+        "with a `dedup_key` held by a pending job of the org, that job is returned. "
+        "Over the token's submission rate (JOBSD_SUBMIT_RATE): 429 with Retry-After, "
+        "and nothing is written.",
     )
     async def submit_job(body: JobIn, org_id: Org, request: Request, response: Response) -> JobOut:
         job_id = body.id or uuid7()
+        limiter = backend.submit_limiter
+        if limiter is not None:
+            token_id = getattr(request.state, TOKEN_ID_STATE, None)
+            key = f"token:{token_id}" if token_id is not None else f"org:{org_id}"
+            wait_s = limiter.take(key)
+            if wait_s > 0:
+                log.info("api.rate_limited", extra={"key": key, "org_id": org_id})
+                raise rate_limited(limiter.rate.text, limiter.retry_after_s(wait_s))
         try:
-            job = await backend.client.enqueue(
+            spec = JobSpec.build(
                 body.type,
                 body.payload,
                 org_id=org_id,
@@ -108,7 +121,9 @@ def jobs_router(
                 dedup_key=body.dedup_key,
                 run_after=body.run_after,
                 job_id=job_id,
+                max_payload_bytes=backend.settings.max_payload_bytes,
             )
+            job = await backend.submit(spec)
         except UnknownQueue as exc:
             raise field_error(("body", "queue"), str(exc), "unknown_queue", body.queue) from exc
         except PayloadTooLarge as exc:

@@ -201,6 +201,9 @@ class Problem(BaseModel):
     job_id: uuid.UUID | None = Field(
         default=None, description="With outcome_unknown: retry with this id."
     )
+    retry_after_s: int | None = Field(
+        default=None, description="With rate_limited: seconds until a submission will pass."
+    )
 
 
 class ErrorOut(BaseModel):

@@ -11,6 +11,7 @@ import re
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jobsd.http.ratelimit import Rate
 from jobsd.settings import Duration
 
 __all__ = ["HttpSettings", "parse_addr"]
@@ -41,6 +42,10 @@ class HttpSettings(BaseSettings):
     max_body_bytes: int | None = Field(default=None, ge=1024)
     """Largest request body; unset means twice JOBSD_MAX_PAYLOAD_BYTES plus 64 KiB."""
 
+    submit_rate: str | None = None
+    """Submissions allowed per token, as ``N/s``, ``N/m`` or ``N/h`` (bursts of N);
+    unset (or ``off``) means no limit. Over it, ``POST /jobs`` answers 429."""
+
     longpoll_max: Duration = 30.0
     """Longest ``?wait=`` a client gets; longer waits are cut to this."""
 
@@ -65,6 +70,17 @@ class HttpSettings(BaseSettings):
         if value:
             parse_addr(value)
         return value or None
+
+    @field_validator("submit_rate")
+    @classmethod
+    def _valid_rate(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() in ("", "off", "none"):
+            return None
+        return Rate.parse(value).text
+
+    def submit_rate_limit(self) -> Rate | None:
+        """Return the submission rate per token, or None (no limit)."""
+        return Rate.parse(self.submit_rate) if self.submit_rate else None
 
     def body_limit(self, max_payload_bytes: int) -> int:
         """Return the request body cap in bytes."""

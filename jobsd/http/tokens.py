@@ -28,6 +28,7 @@ __all__ = [
     "hash_token",
     "list_tokens",
     "looks_like_token",
+    "lookup_token",
     "new_token",
     "revoke_token",
     "token_org",
@@ -72,11 +73,22 @@ def looks_like_token(text: str) -> bool:
     return len(text) == _TOKEN_LEN and text.startswith(TOKEN_PREFIX) and text.isascii()
 
 
-async def token_org(conn: psycopg.AsyncConnection[Any], token_hash: bytes) -> str | None:
-    """Return the org of a valid (not revoked) token, or None."""
+async def lookup_token(
+    conn: psycopg.AsyncConnection[Any], token_hash: bytes
+) -> tuple[uuid.UUID, str] | None:
+    """Return the id and the org of a valid (not revoked) token, or None.
+
+    Runs before the org is known: ``api_tokens`` has no row-level security.
+    """
     with db_errors("token lookup"):
         rows = await run_named(conn, "api_tokens_lookup", {"token_hash": token_hash})
-    return str(rows[0]["org_id"]) if rows else None
+    return (rows[0]["id"], str(rows[0]["org_id"])) if rows else None
+
+
+async def token_org(conn: psycopg.AsyncConnection[Any], token_hash: bytes) -> str | None:
+    """Return the org of a valid (not revoked) token, or None."""
+    found = await lookup_token(conn, token_hash)
+    return found[1] if found else None
 
 
 def create_token(

@@ -1,6 +1,12 @@
 -- Named queries of the HTTP API: bearer tokens, and jobs as one org sees them.
 -- Every read of a job is scoped by org_id in SQL: a job of another org is not
--- found, exactly like a missing one.
+-- found, exactly like a missing one. In addition, each job query runs in an
+-- implicit transaction that starts with api_set_org (jobsd.http.queries.run_for_org),
+-- so row-level security hides the other orgs even from a forgotten WHERE.
+
+-- name: api_set_org
+-- Transaction-local: ends with the query's implicit transaction (or the caller's).
+SELECT set_config('jobsd.org_id', %(org_id)s, true);
 
 -- name: api_tokens_insert
 INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash)
@@ -8,7 +14,8 @@ VALUES (%(org_id)s, %(name)s, %(prefix)s, %(token_hash)s)
 RETURNING id, org_id, name, prefix, created_at, revoked_at;
 
 -- name: api_tokens_lookup
-SELECT org_id FROM jobsd.api_tokens
+-- Before the org is known: api_tokens has no row-level security.
+SELECT id, org_id FROM jobsd.api_tokens
 WHERE token_hash = %(token_hash)s AND revoked_at IS NULL;
 
 -- name: api_tokens_revoke
@@ -65,32 +72,37 @@ SET status = 'cancelled', reason = 'cancelled by API', finished_at = now(), dedu
 WHERE id = %(id)s AND org_id = %(org_id)s AND status IN ('queued', 'scheduled', 'blocked')
 RETURNING *;
 
+-- name: api_jobs_cancel_or_get
+-- Cancel a job that has not started, or else return it as it is, in one statement:
+-- cancelled_now says which. When nothing was updated, the plain read sees the job
+-- as it was before this statement, which is how it is.
+WITH c AS (
+  UPDATE jobsd.jobs
+  SET status = 'cancelled', reason = 'cancelled by API', finished_at = now(), dedup_key = NULL
+  WHERE id = %(id)s AND org_id = %(org_id)s AND status IN ('queued', 'scheduled', 'blocked')
+  RETURNING *)
+SELECT c.*, true AS cancelled_now FROM c
+UNION ALL
+SELECT j.*, false FROM jobsd.jobs AS j
+WHERE j.id = %(id)s AND j.org_id = %(org_id)s AND NOT EXISTS (SELECT FROM c);
+
 -- name: api_jobs_depth
--- Queue depth by declared queue and state, zeros included, for /metrics. Only the
--- states with a partial index are counted, so a scrape never scans the table.
-SELECT q.name AS queue, s.status, coalesce(d.jobs, 0) AS jobs
-FROM jobsd.queues AS q
-CROSS JOIN unnest(ARRAY['queued', 'scheduled', 'running']) AS s(status)
-LEFT JOIN (
-  SELECT queue, status, count(*) AS jobs FROM jobsd.jobs
-  WHERE status IN ('queued', 'running') GROUP BY queue, status
-  UNION ALL
-  SELECT queue, status, count(*) FROM jobsd.jobs
-  WHERE status = 'scheduled' GROUP BY queue, status) AS d
-  ON d.queue = q.name AND d.status = s.status
-ORDER BY q.name, s.status;
+-- Queue depth by declared queue and state, zeros included, for /metrics: every
+-- org's jobs, through the SECURITY DEFINER function of migration 0009 (the API's
+-- role may see one org only).
+SELECT queue, status, jobs FROM jobsd.queue_depth();
 
 -- name: api_health_report
 -- What makes a queue table sick before it shows: pickup lag (the longest wait
--- among the next 1,000 jobs in claim order), dead tuples on jobs, and the oldest
+-- among the next 1,000 jobs in claim order, every org's: a SECURITY DEFINER
+-- function of migration 0009), dead tuples on jobs (statistics: no row-level
+-- security), and the oldest
 -- open transaction or prepared transaction in this database (they hold back
 -- vacuum). Ages are null when there is nothing to measure; the caller clamps
 -- them at 0 (a transaction may start after this statement). Other roles'
 -- sessions are visible only with pg_read_all_stats.
 SELECT
-  (SELECT extract(epoch FROM now() - min(greatest(w.created_at, w.run_after)))::float8
-   FROM (SELECT created_at, run_after FROM jobsd.jobs WHERE status = 'queued'
-         ORDER BY created_at, id LIMIT 1000) AS w) AS oldest_queued_age_s,
+  jobsd.oldest_queued_age_s() AS oldest_queued_age_s,
   s.n_live_tup AS live_tuples,
   s.n_dead_tup AS dead_tuples,
   greatest(s.last_vacuum, s.last_autovacuum) AS last_vacuum_at,

@@ -59,7 +59,7 @@ def test_every_documented_answer_is_declared() -> None:
         for path, ops in paths.items()
         for method, op in ops.items()
     }
-    assert declared[("POST", "/jobs")] == {"202", "401", "409", "413", "422", "503"}
+    assert declared[("POST", "/jobs")] == {"202", "401", "409", "413", "422", "429", "503"}
     assert declared[("GET", "/jobs")] == {"200", "401", "422", "503"}
     assert declared[("GET", "/jobs/{job_id}")] == {"200", "401", "404", "422", "503"}
     assert declared[("POST", "/jobs/{job_id}/cancel")] == {
