@@ -64,6 +64,10 @@ class Registry:
         """Map each type to its max_attempts."""
         return {t: s.max_attempts for t, s in self._specs.items()}
 
+    def deliveries(self) -> dict[str, str]:
+        """Map each type to its delivery (what the sweeper does when its owner dies)."""
+        return {t: s.delivery for t, s in self._specs.items()}
+
     def clear(self) -> None:
         """Forget every handler (tests)."""
         self._specs.clear()

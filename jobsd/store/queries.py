@@ -22,6 +22,7 @@ from jobsd.store.db import db_errors
 from jobsd.store.sqlfiles import load_queries
 
 __all__ = [
+    "DeadSweep",
     "FinishRow",
     "HeartbeatRow",
     "PromoteResult",
@@ -35,6 +36,7 @@ __all__ = [
     "run_named",
     "run_named_sync",
     "set_notify",
+    "sweep_dead_workers",
     "sweep_stale",
 ]
 
@@ -185,6 +187,27 @@ def _storable_error(text: str | None) -> str | None:
     return data[:_ERROR_MAX_BYTES].decode("utf-8", "ignore")
 
 
+def _sweep_params(
+    *,
+    stale_after_s: float | None,
+    max_attempts: dict[str, int],
+    delivery: dict[str, str] | None,
+    default_max_attempts: int,
+    now: datetime | None,
+    dead_workers: Sequence[str] = (),
+) -> dict[str, Any]:
+    types = sorted(set(max_attempts) | set(delivery or {}))
+    return {
+        "now": now,
+        "stale_after_s": stale_after_s,
+        "types": types,
+        "max_attempts": [max_attempts.get(t) for t in types],
+        "deliveries": [(delivery or {}).get(t) for t in types],
+        "default_max_attempts": default_max_attempts,
+        "dead_workers": list(dead_workers),
+    }
+
+
 async def sweep_stale(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -192,21 +215,63 @@ async def sweep_stale(
     stale_after_s: float,
     max_attempts: dict[str, int],
     default_max_attempts: int,
+    delivery: dict[str, str] | None = None,
     now: datetime | None = None,
 ) -> list[Job]:
-    """Requeue or fail running jobs whose heartbeat is stale; return them as updated."""
-    params = {
-        "now": now,
-        "stale_after_s": stale_after_s,
-        "types": list(max_attempts),
-        "max_attempts": list(max_attempts.values()),
-        "default_max_attempts": default_max_attempts,
-    }
+    """Rescue running jobs whose heartbeat is stale, per their type's delivery."""
+    params = _sweep_params(
+        stale_after_s=stale_after_s,
+        max_attempts=max_attempts,
+        delivery=delivery,
+        default_max_attempts=default_max_attempts,
+        now=now,
+    )
     with db_errors(f"sweep by worker {worker_id!r}"):
         async with conn.transaction():
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
             rows = await run_named(conn, "jobs_sweep_stale", params)
     return [Job.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadSweep:
+    """Workers found dead (their lock was free) and their jobs as rescued."""
+
+    dead_workers: list[str]
+    jobs: list[Job]
+
+
+async def sweep_dead_workers(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    worker_id: str,
+    max_attempts: dict[str, int],
+    default_max_attempts: int,
+    delivery: dict[str, str] | None = None,
+) -> DeadSweep:
+    """Take the lock of every dead registered worker, rescue its jobs, delete its row.
+
+    One transaction: the locks are transaction-scoped, so no other sweeper can act on
+    the same worker meanwhile, and the commit releases them.
+    """
+    with db_errors(f"death check by worker {worker_id!r}"):
+        async with conn.transaction():
+            found = await run_named(conn, "workers_take_dead", {"worker_id": worker_id})
+            dead = [r["worker_id"] for r in found]
+            if not dead:
+                return DeadSweep([], [])
+            await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
+            params = _sweep_params(
+                stale_after_s=None,
+                max_attempts=max_attempts,
+                delivery=delivery,
+                default_max_attempts=default_max_attempts,
+                now=None,
+                dead_workers=dead,
+            )
+            rows = await run_named(conn, "jobs_sweep_stale", params)
+            await run_named(conn, "workers_delete_many", {"worker_ids": dead})
+    return DeadSweep(dead, [Job.from_row(r) for r in rows])
 
 
 @dataclass(frozen=True, slots=True)

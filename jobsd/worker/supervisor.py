@@ -33,6 +33,7 @@ from jobsd.worker.executor import Outcome, failure, make_context, run_handler
 from jobsd.worker.heartbeat import Heartbeat
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.hooks import FailHooks
+from jobsd.worker.lifeline import Lifeline
 from jobsd.worker.listener import Listener
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.sweeper import Sweeper
@@ -87,6 +88,9 @@ class Daemon:
         self.heartbeat = Heartbeat(self.pool, self.holdings, settings)
         self.sweeper = Sweeper(self.pool, settings, self.registry, self.stats, self.hooks.submit)
         self.listener = Listener(settings.database_url, settings.queues, self.waker, self.stats)
+        self.lifeline = Lifeline(
+            settings.database_url, settings.worker_id, settings.death_check_interval
+        )
         self._jobs_tg: TaskGroup | None = None
         self.claimer = Claimer(
             self.pool,
@@ -145,6 +149,9 @@ class Daemon:
                 with self._start_scope:
                     if self.settings.notify:
                         await services.start(self.listener.run)
+                    # registered (and locked) before the first claim: a job can only
+                    # be owned by a worker whose death the sweeper can prove
+                    await services.start(self.lifeline.run)
                 if not self.stopping:
                     services.start_soon(self.completer.run)
                     services.start_soon(self.heartbeat.run)

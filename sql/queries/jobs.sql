@@ -95,26 +95,43 @@ WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
 RETURNING j.*;
 
 -- name: jobs_sweep_stale
--- Rescue running jobs whose heartbeat (else start) is older than the threshold:
--- back to queued while attempts remain, else failed for good. Types the sweeper
--- does not know get the default max_attempts.
+-- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the
+-- sweeper holds its lock) or hung (heartbeat, else start, older than the threshold;
+-- a null threshold checks only the dead). What happens follows the type's delivery:
+-- at_least_once goes back to queued while attempts remain, else fails with
+-- 'max attempts exceeded'; at_most_once never runs again: it fails with 'worker
+-- lost'. Types the sweeper does not know get the defaults.
 WITH stale AS (
-  SELECT j.id, j.type, j.attempts FROM jobsd.jobs AS j
+  SELECT j.id, j.type, j.attempts,
+         j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
+  FROM jobsd.jobs AS j
   WHERE j.status = 'running'
-    AND coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
-        < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_after_s)s)
+    AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
+         OR coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+            < coalesce(%(now)s::timestamptz, now())
+              - make_interval(secs => %(stale_after_s)s::float8))
   FOR UPDATE SKIP LOCKED),
 decided AS (
-  SELECT s.id, s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s) AS requeue
+  SELECT s.id,
+         CASE WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
+              WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
+                THEN 'requeue'
+              ELSE 'exhausted' END AS verdict,
+         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why
   FROM stale AS s
-  LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[]) AS l(type, max_attempts)
+  LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[], %(deliveries)s::text[])
+    AS l(type, max_attempts, delivery)
     ON l.type = s.type)
 UPDATE jobsd.jobs AS j
-SET status = CASE WHEN d.requeue THEN 'queued' ELSE 'failed' END,
-    reason = CASE WHEN d.requeue THEN 'stale heartbeat' ELSE 'max attempts exceeded' END,
-    error = CASE WHEN d.requeue THEN j.error ELSE 'max attempts exceeded' END,
-    finished_at = CASE WHEN d.requeue THEN NULL ELSE now() END,
-    dedup_key = CASE WHEN d.requeue THEN j.dedup_key END,
+SET status = CASE WHEN d.verdict = 'requeue' THEN 'queued' ELSE 'failed' END,
+    reason = CASE d.verdict WHEN 'requeue' THEN d.why
+                            WHEN 'lost' THEN 'worker lost'
+                            ELSE 'max attempts exceeded' END,
+    error = CASE d.verdict WHEN 'requeue' THEN j.error
+                           WHEN 'lost' THEN 'worker lost'
+                           ELSE 'max attempts exceeded' END,
+    finished_at = CASE WHEN d.verdict = 'requeue' THEN NULL ELSE now() END,
+    dedup_key = CASE WHEN d.verdict = 'requeue' THEN j.dedup_key END,
     lease_id = NULL
 FROM decided AS d
 WHERE j.id = d.id
