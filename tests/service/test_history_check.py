@@ -47,8 +47,18 @@ def test_a_complete_chain_passes() -> None:
             [ev("a", None, "queued", 0), ev("a", "queued", "running", 3)],
             "claim did not count",
         ),
+        (
+            {"id": "a", "status": "succeeded", "attempts": 0},
+            [ev("a", None, "queued", 0), ev("a", "queued", "succeeded", 0)],
+            "illegal transition",
+        ),
+        (
+            {"id": "a", "status": "running", "attempts": 1},
+            [ev("a", None, "running", 1)],
+            "born",
+        ),
     ],
-    ids=["gap", "no-start", "wrong-end", "attempts", "none", "terminal", "claim"],
+    ids=["gap", "no-start", "wrong-end", "attempts", "none", "terminal", "claim", "edge", "born"],
 )
 def test_a_broken_chain_is_reported(
     job: dict[str, Any], events: list[dict[str, Any]], expected: str
