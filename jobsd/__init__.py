@@ -39,6 +39,7 @@ from jobsd.errors import (
 )
 from jobsd.models import Job, JobEvent, JobStatus
 from jobsd.registry import HandlerSpec, Registry, default_registry, handler
+from jobsd.retry import RetryPolicy, exponential_backoff
 
 __all__ = [
     "AlreadyClaimed",
@@ -61,12 +62,14 @@ __all__ = [
     "OutcomeUnknown",
     "PayloadTooLarge",
     "Registry",
+    "RetryPolicy",
     "SyncClient",
     "UnknownJobKind",
     "UnknownQueue",
     "default_registry",
     "enqueue",
     "enqueue_sync",
+    "exponential_backoff",
     "handler",
 ]
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from jobsd.errors import ConfigError
+from jobsd.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from jobsd.context import JobContext
@@ -34,6 +35,7 @@ class HandlerSpec:
     on_fail: OnFail | None = None
     timeout_s: float | None = None
     delivery: Delivery = "at_least_once"
+    retry: RetryPolicy | None = None
 
 
 class Registry:
@@ -79,11 +81,12 @@ default_registry = Registry()
 def handler(
     type: str,
     *,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     dedup_scope: DedupScope = "queue",
     on_fail: OnFail | None = None,
     timeout: float | None = None,
     delivery: Delivery = "at_least_once",
+    retry: RetryPolicy | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``type``.
@@ -91,8 +94,18 @@ def handler(
     The function takes one argument, the JobContext, and returns a JSON object or None
     (the job's report). It may be async, or sync (it then runs in a worker thread).
     ``max_attempts`` counts runs, the first included: the default 1 never runs a job
-    twice. ``timeout`` is in seconds, on the monotonic clock.
+    twice. ``timeout`` is in seconds, on the monotonic clock. ``retry`` retries the
+    handler's known failures (a ``RetryPolicy``); its ``max_attempts`` is the type's.
     """
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry of {type!r} must be a jobsd.RetryPolicy")
+    if max_attempts is None:
+        max_attempts = retry.max_attempts if retry is not None else 1
+    elif retry is not None and retry.max_attempts != max_attempts:
+        raise ConfigError(
+            f"max_attempts of {type!r} ({max_attempts}) differs from its retry policy's "
+            f"({retry.max_attempts}): give it once"
+        )
     if max_attempts < 1:
         raise ConfigError(f"max_attempts of {type!r} must be at least 1")
     if dedup_scope not in ("queue", "active"):
@@ -113,6 +126,7 @@ def handler(
                 on_fail=on_fail,
                 timeout_s=timeout,
                 delivery=delivery,
+                retry=retry,
             )
         )
         return func

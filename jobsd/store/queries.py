@@ -138,6 +138,7 @@ class FinishRow:
     reason: str | None
     progress: dict[str, Any] | None
     run_after: datetime | None = None
+    delay_s: float | None = None
 
 
 async def finish_batch(
@@ -164,6 +165,7 @@ async def finish_batch(
                 "reason": r.reason,
                 "progress": r.progress,
                 "run_after": r.run_after.isoformat() if r.run_after else None,
+                "delay_s": r.delay_s,
             }
         )
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')

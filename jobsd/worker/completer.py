@@ -175,4 +175,5 @@ def _finish_row(result: _Result) -> queries.FinishRow:
         reason=outcome.reason,
         progress=result.progress,
         run_after=outcome.run_after,
+        delay_s=outcome.delay_s,
     )

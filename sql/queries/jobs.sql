@@ -76,8 +76,9 @@ RETURNING j.id;
 -- name: jobs_finish_batch
 -- Write many outcomes in one statement, each conditioned on its lease. A result
 -- whose lease is gone is not applied and its id is not returned. An outcome may
--- also be non-terminal (back to queued after an interrupted run): then the dedup
--- key and run_after are kept and the lease is dropped.
+-- also be non-terminal (back to queued after an interrupted run, or scheduled for a
+-- retry `delay_s` from now on the database clock): then the dedup key is kept and the
+-- lease is dropped.
 UPDATE jobsd.jobs AS j
 SET status = r.status, report = r.report, error = r.error, reason = r.reason,
     progress = CASE WHEN r.progress IS NULL THEN j.progress
@@ -87,10 +88,10 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
                      ELSE j.dedup_key END,
     lease_id = CASE WHEN r.status = 'running' THEN j.lease_id
                     WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN j.lease_id END,
-    run_after = coalesce(r.run_after, j.run_after)
+    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after)
 FROM jsonb_to_recordset(%(results)s::jsonb)
      AS r(id uuid, lease_id uuid, status text, report jsonb, error text, reason text,
-          progress jsonb, run_after timestamptz)
+          progress jsonb, run_after timestamptz, delay_s float8)
 WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
 RETURNING j.*;
 
