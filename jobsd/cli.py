@@ -279,6 +279,51 @@ def status(job_id: str, as_json: bool) -> None:
     _print_job(job, events)
 
 
+@main.command()
+@click.argument("job_id")
+@friendly_errors
+def cancel(job_id: str) -> None:
+    """Cancel a job: at once when it has not started, by request when it is running."""
+    import uuid
+
+    import anyio
+    import psycopg
+
+    from jobsd.store import queries
+    from jobsd.store.db import db_errors
+
+    try:
+        parsed = uuid.UUID(job_id)
+    except ValueError:
+        _fail(f"{job_id!r} is not a job id (a UUID)")
+    url = _require_url(load_settings())
+
+    async def apply() -> queries.CancelOutcome:
+        with db_errors(f"cancel of job {parsed}"):
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                return await queries.cancel_job(
+                    conn, parsed, actor="cli", reason="cancelled by operator"
+                )
+
+    done = anyio.run(apply)
+    if done.job is None:
+        _fail(f"job {parsed} not found")
+    match done.action:
+        case "cancelled":
+            click.echo(f"job {parsed} cancelled")
+        case "requested":
+            click.echo(
+                f"job {parsed} is running: cancel requested (its handler stops within a heartbeat)"
+            )
+        case _:
+            if done.job.status == "cancelled":
+                click.echo(f"job {parsed} cancelled")
+            elif done.job.status == "running":
+                click.echo(f"job {parsed} is running: cancel already requested")
+            else:
+                _fail(f"job {parsed} is {done.job.status}: nothing to cancel")
+
+
 def _print_job(job: Job, events: list[JobEvent]) -> None:
     fields = [
         ("id", str(job.id)),

@@ -81,6 +81,8 @@ class Job:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    cancel_requested_at: datetime | None = None
+    """set while a cancel request waits for a running job's owner (migration 0006)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -104,6 +106,7 @@ class Job:
             created_at=row["created_at"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
+            cancel_requested_at=row.get("cancel_requested_at"),
         )
 
     def to_json(self) -> dict[str, Any]:

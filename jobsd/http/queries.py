@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from jobsd.models import Job, JobStatus
+from jobsd.store import queries as store_queries
 from jobsd.store.db import db_errors
 from jobsd.store.queries import run_named
 
@@ -86,24 +87,25 @@ async def list_job_rows(
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
-    """The job after a cancel request, and whether this request cancelled it."""
+    """The job after a cancel request, and whether this request cancelled it (or asked
+    its running owner to)."""
 
     job: Job | None
     cancelled_now: bool
+    requested: bool = False
 
 
 async def cancel_job(
     conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
 ) -> CancelResult:
-    """Cancel a job that has not started; else return it as it is (None: no such job)."""
-    with db_errors(f"cancel of job {job_id}"):
-        async with conn.transaction():
-            await run_named(conn, "admin_set_actor", {"worker_id": API_ACTOR})
-            rows = await run_named(conn, "api_jobs_cancel", {"id": job_id, "org_id": org_id})
-            if rows:
-                return CancelResult(Job.from_row(rows[0]), cancelled_now=True)
-            rows = await run_named(conn, "api_jobs_get", {"id": job_id, "org_id": org_id})
-    return CancelResult(Job.from_row(rows[0]) if rows else None, cancelled_now=False)
+    """Cancel a job that has not started, or request the cancel of a running one; else
+    return it as it is (None: no such job in this org)."""
+    done = await store_queries.cancel_job(
+        conn, job_id, actor=API_ACTOR, reason="cancelled by API", org_id=org_id
+    )
+    return CancelResult(
+        done.job, cancelled_now=done.action == "cancelled", requested=done.action == "requested"
+    )
 
 
 async def _bounded(conn: psycopg.AsyncConnection[Any], name: str, timeout_s: float) -> list[Row]:

@@ -22,15 +22,18 @@ from jobsd.store.db import db_errors
 from jobsd.store.sqlfiles import load_queries
 
 __all__ = [
+    "CancelOutcome",
     "DeadSweep",
     "FinishRow",
     "HeartbeatRow",
     "PromoteResult",
+    "cancel_job",
     "claim_batch",
     "finish_batch",
     "get_job",
     "get_job_events",
     "heartbeat",
+    "heartbeat_v2",
     "notify_enabled",
     "promote_due",
     "run_named",
@@ -113,8 +116,16 @@ async def heartbeat(
     conn: psycopg.AsyncConnection[Any], rows: Sequence[HeartbeatRow]
 ) -> set[uuid.UUID]:
     """Stamp and merge progress for held jobs; return the ids whose lease still holds."""
+    return set(await heartbeat_v2(conn, rows))
+
+
+async def heartbeat_v2(
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[HeartbeatRow]
+) -> dict[uuid.UUID, bool]:
+    """Stamp and merge progress for held jobs; map each id whose lease still holds to
+    whether a cancel request waits for it."""
     if not rows:
-        return set()
+        return {}
     params = {
         "ids": [r.job_id for r in rows],
         "lease_ids": [r.lease_id for r in rows],
@@ -123,7 +134,7 @@ async def heartbeat(
     }
     with db_errors(f"heartbeat of {len(rows)} jobs"):
         result = await run_named(conn, "jobs_heartbeat", params)
-    return {r["id"] for r in result}
+    return {r["id"]: bool(r["cancel_requested"]) for r in result}
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,3 +316,40 @@ async def notify_enabled(conn: psycopg.AsyncConnection[Any]) -> bool:
     with db_errors("reading the notification switch"):
         rows = await run_named(conn, "admin_notify_status", {})
     return bool(rows and rows[0]["enabled"])
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What a cancel did: ``cancelled`` at once, ``requested`` (running), or ``none``
+    (the job is finished, awaits recovery, or does not exist: ``job`` says which)."""
+
+    action: str
+    job: Job | None
+
+
+async def cancel_job(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: uuid.UUID,
+    *,
+    actor: str,
+    reason: str,
+    org_id: str | None = None,
+) -> CancelOutcome:
+    """Cancel a job that has not started, or ask its owner to cancel a running one.
+
+    Idempotent: a repeated request keeps the first request's time. ``org_id`` limits
+    the job to one org (the API); None is any org (operators).
+    """
+    params = {"id": job_id, "org_id": org_id, "reason": reason}
+    with db_errors(f"cancel of job {job_id}"):
+        async with conn.transaction():
+            await run_named(conn, "admin_set_actor", {"worker_id": actor})
+            rows = await run_named(conn, "jobs_cancel", params)
+            if rows:
+                action = "requested" if rows[0]["previous"] == "running" else "cancelled"
+                return CancelOutcome(action, Job.from_row(rows[0]))
+            rows = await run_named(conn, "jobs_get", {"id": job_id})
+    job = Job.from_row(rows[0]) if rows else None
+    if job is not None and org_id is not None and job.org_id != org_id:
+        job = None
+    return CancelOutcome("none", job)

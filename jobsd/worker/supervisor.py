@@ -199,6 +199,8 @@ class Daemon:
             raise
         self.holdings.release_slot(held)
         self.stats.run_s.observe(job.type, time.monotonic() - held.started_monotonic)
+        if outcome is None and held.cancel_requested and not held.lost:
+            outcome = Outcome(status="cancelled", reason="cancel requested")
         if outcome is None:  # our scope was cancelled: the lease is gone
             self.completer.submit(held, failure("lease lost", reason="lease lost"))
             return

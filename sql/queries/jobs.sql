@@ -64,14 +64,14 @@ RETURNING j.*;
 -- name: jobs_heartbeat
 -- One statement for every job a daemon holds: stamp progress.updated_at and merge
 -- pending progress fields. Jobs whose lease changed are not returned: the worker
--- lost them.
+-- lost them. A job with a cancel request says so: its handler is to be cancelled.
 UPDATE jobsd.jobs AS j
 SET progress = coalesce(j.progress, '{}'::jsonb) || coalesce(h.fields, '{}'::jsonb)
                || jsonb_build_object('updated_at', now())
 FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(fields)s::jsonb[])
      AS h(id, lease_id, fields)
 WHERE j.id = h.id AND j.lease_id = h.lease_id AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: jobs_finish_batch
 -- Write many outcomes in one statement, each conditioned on its lease. A result
@@ -101,9 +101,10 @@ RETURNING j.*;
 -- a null threshold checks only the dead). What happens follows the type's delivery:
 -- at_least_once goes back to queued while attempts remain, else fails with
 -- 'max attempts exceeded'; at_most_once never runs again: it fails with 'worker
--- lost'. Types the sweeper does not know get the defaults.
+-- lost'. A job with a cancel request pending is cancelled instead. Types the
+-- sweeper does not know get the defaults.
 WITH stale AS (
-  SELECT j.id, j.type, j.attempts,
+  SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
          j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
   FROM jobsd.jobs AS j
   WHERE j.status = 'running'
@@ -114,7 +115,8 @@ WITH stale AS (
   FOR UPDATE SKIP LOCKED),
 decided AS (
   SELECT s.id,
-         CASE WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
+         CASE WHEN s.cancel_requested THEN 'cancel'
+              WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
               WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
                 THEN 'requeue'
               ELSE 'exhausted' END AS verdict,
@@ -124,11 +126,13 @@ decided AS (
     AS l(type, max_attempts, delivery)
     ON l.type = s.type)
 UPDATE jobsd.jobs AS j
-SET status = CASE WHEN d.verdict = 'requeue' THEN 'queued' ELSE 'failed' END,
+SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'cancelled'
+                            ELSE 'failed' END,
     reason = CASE d.verdict WHEN 'requeue' THEN d.why
                             WHEN 'lost' THEN 'worker lost'
+                            WHEN 'cancel' THEN 'cancel requested'
                             ELSE 'max attempts exceeded' END,
-    error = CASE d.verdict WHEN 'requeue' THEN j.error
+    error = CASE d.verdict WHEN 'requeue' THEN j.error WHEN 'cancel' THEN j.error
                            WHEN 'lost' THEN 'worker lost'
                            ELSE 'max attempts exceeded' END,
     finished_at = CASE WHEN d.verdict = 'requeue' THEN NULL ELSE now() END,
@@ -155,3 +159,22 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
        (SELECT min(run_after) FROM jobsd.jobs
         WHERE status = 'scheduled'
           AND run_after > coalesce(%(now)s::timestamptz, now())) AS next_due;
+
+-- name: jobs_cancel
+-- Cancel a job: queued, scheduled or blocked ones at once; a running one gets a
+-- request (kept if one is pending) that its owner's heartbeat picks up. Other
+-- states are left alone and not returned. `previous` says which case it was.
+WITH target AS (
+  SELECT id, status FROM jobsd.jobs
+  WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
+    AND status IN ('queued', 'scheduled', 'blocked', 'running')
+  FOR UPDATE)
+UPDATE jobsd.jobs AS j
+SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
+    reason = CASE WHEN t.status = 'running' THEN j.reason ELSE %(reason)s END,
+    finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
+    dedup_key = CASE WHEN t.status = 'running' THEN j.dedup_key END,
+    cancel_requested_at = coalesce(j.cancel_requested_at, now())
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.*, t.status AS previous;
