@@ -34,6 +34,7 @@ __all__ = [
     "get_job_events",
     "heartbeat",
     "heartbeat_v2",
+    "note_discarded",
     "notify_enabled",
     "promote_due",
     "run_named",
@@ -353,3 +354,15 @@ async def cancel_job(
     if job is not None and org_id is not None and job.org_id != org_id:
         job = None
     return CancelOutcome("none", job)
+
+
+async def note_discarded(
+    conn: psycopg.AsyncConnection[Any], job_ids: Sequence[uuid.UUID], *, worker_id: str
+) -> None:
+    """Record in each job's history that ``worker_id``'s result for it was discarded."""
+    if not job_ids:
+        return
+    with db_errors(f"note of {len(job_ids)} discarded results"):
+        await run_named(
+            conn, "job_events_note_discarded", {"ids": list(job_ids), "worker_id": worker_id}
+        )

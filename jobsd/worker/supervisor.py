@@ -84,7 +84,9 @@ class Daemon:
             timeout_s=10.0,
         )
         self.hooks = FailHooks(self.registry)
-        self.completer = Completer(self.pool, self.holdings, self.stats, self.hooks.submit)
+        self.completer = Completer(
+            self.pool, self.holdings, self.stats, self.hooks.submit, worker_id=settings.worker_id
+        )
         self.heartbeat = Heartbeat(self.pool, self.holdings, settings)
         self.sweeper = Sweeper(self.pool, settings, self.registry, self.stats, self.hooks.submit)
         self.listener = Listener(settings.database_url, settings.queues, self.waker, self.stats)

@@ -178,3 +178,15 @@ SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
 FROM target AS t
 WHERE j.id = t.id
 RETURNING j.*, t.status AS previous;
+
+-- name: job_events_note_discarded
+-- Evidence of fencing: for each job whose result a worker could not write (its lease
+-- was gone), an event from the job's current status to the same status, naming the
+-- worker whose result was discarded. FOR SHARE waits for a transition in flight, so
+-- the note lands after that transition's own event and the chain stays gapless.
+INSERT INTO jobsd.job_events (job_id, org_id, from_status, to_status, attempt, worker_id, reason)
+SELECT j.id, j.org_id, j.status, j.status, j.attempts, %(worker_id)s,
+       'result discarded: lease lost'
+FROM jobsd.jobs AS j
+WHERE j.id = ANY(%(ids)s::uuid[])
+FOR SHARE OF j;

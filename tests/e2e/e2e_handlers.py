@@ -120,3 +120,10 @@ async def _record_run_attempt(job_id: object, attempt: int) -> None:
             "INSERT INTO e2e_runs (job_id, attempt, pid) VALUES (%s, %s, %s)",
             (job_id, attempt, os.getpid()),
         )
+
+
+@jobsd.handler("whoami", max_attempts=2)
+async def whoami(ctx: jobsd.JobContext) -> dict[str, int]:
+    """Work ``seconds`` (payload), then report which process did it."""
+    await anyio.sleep(float(ctx.payload.get("seconds", 1.0)))
+    return {"pid": os.getpid(), "attempt": ctx.attempt}

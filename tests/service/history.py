@@ -26,7 +26,10 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 # one snapshot for both reads, even while daemons still write
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 _JOBS = "SELECT id, status, attempts FROM jobsd.jobs"
-_EVENTS = "SELECT job_id, from_status, to_status, attempt FROM jobsd.job_events ORDER BY job_id, id"
+_EVENTS = (
+    "SELECT job_id, from_status, to_status, attempt, reason FROM jobsd.job_events "
+    "ORDER BY job_id, id"
+)
 
 
 def history_problems(
@@ -48,6 +51,11 @@ def history_problems(
             problems.append(f"{job_id}: born {chain[0]['to_status']!r}")
         for event in chain[1:]:
             before, after = event["from_status"], event["to_status"]
+            if before == after:
+                # a note, not a transition: a discarded result (fencing evidence)
+                if not str(event.get("reason") or "").startswith("result discarded"):
+                    problems.append(f"{job_id}: {before!r} -> itself without a discard note")
+                continue
             if before in TRANSITIONS and JobStatus(after) not in TRANSITIONS[JobStatus(before)]:
                 problems.append(f"{job_id}: illegal transition {before!r} -> {after!r}")
         for before, after in itertools.pairwise(chain):
@@ -60,7 +68,7 @@ def history_problems(
                 problems.append(f"{job_id}: left terminal state {before['to_status']!r}")
             if after["attempt"] < before["attempt"]:
                 problems.append(f"{job_id}: attempt went down to {after['attempt']}")
-            claimed = after["to_status"] == "running"
+            claimed = after["to_status"] == "running" != after["from_status"]
             if claimed and after["attempt"] != before["attempt"] + 1:
                 problems.append(f"{job_id}: claim did not count an attempt ({after['attempt']})")
         last = chain[-1]

@@ -29,6 +29,15 @@ def test_a_complete_chain_passes() -> None:
     assert history_problems([{"id": "a", "status": "succeeded", "attempts": 2}], GOOD) == []
 
 
+def test_a_discard_note_is_not_a_transition() -> None:
+    note = {**ev("a", "running", "running", 2), "reason": "result discarded: lease lost"}
+    events = [*GOOD[:4], note, GOOD[4]]
+    assert history_problems([{"id": "a", "status": "succeeded", "attempts": 2}], events) == []
+    silent = [*GOOD[:4], ev("a", "running", "running", 2), GOOD[4]]
+    problems = history_problems([{"id": "a", "status": "succeeded", "attempts": 2}], silent)
+    assert any("without a discard note" in p for p in problems), problems
+
+
 @pytest.mark.parametrize(
     ("job", "events", "expected"),
     [
