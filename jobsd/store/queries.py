@@ -16,6 +16,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import dict_row
 
+from jobsd.errors import AlreadyClaimed, DatabaseError, JobNotFound
 from jobsd.jsonsafe import storable_json, storable_text
 from jobsd.models import Job, JobEvent
 from jobsd.store.db import db_errors
@@ -29,6 +30,7 @@ __all__ = [
     "PromoteResult",
     "cancel_job",
     "claim_batch",
+    "claim_job",
     "finish_batch",
     "get_job",
     "get_job_events",
@@ -366,3 +368,33 @@ async def note_discarded(
         await run_named(
             conn, "job_events_note_discarded", {"ids": list(job_ids), "worker_id": worker_id}
         )
+
+
+async def claim_job(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: uuid.UUID,
+    worker_id: str,
+    *,
+    keep_dedup: bool = False,
+) -> Job:
+    """Claim one specific queued job under a fresh lease and return it.
+
+    Two workers claiming the same id: one gets it, the other ``AlreadyClaimed``, never
+    silence. A job that is not queued for another reason raises ``AlreadyClaimed``
+    too when it is running, else ``JobNotFound`` (missing) or ``DatabaseError``
+    naming its status.
+    """
+    params = {"id": job_id, "worker_id": worker_id, "keep_dedup": keep_dedup}
+    with db_errors(f"claim of job {job_id} by worker {worker_id!r}"):
+        rows = await run_named(conn, "jobs_claim_one", params)
+        if rows:
+            return Job.from_row(rows[0])
+        rows = await run_named(conn, "jobs_get", {"id": job_id})
+    if not rows:
+        raise JobNotFound(job_id)
+    job = Job.from_row(rows[0])
+    if job.status == "running":
+        raise AlreadyClaimed(
+            f"job {job_id} is already claimed by worker {job.worker_id!r} (attempt {job.attempts})"
+        )
+    raise DatabaseError(f"claim of job {job_id} failed: it is {job.status}, not queued")

@@ -190,3 +190,13 @@ SELECT j.id, j.org_id, j.status, j.status, j.attempts, %(worker_id)s,
 FROM jobsd.jobs AS j
 WHERE j.id = ANY(%(ids)s::uuid[])
 FOR SHARE OF j;
+
+-- name: jobs_claim_one
+-- Claim one specific job, if it is queued (PD-21 ST-2). The row lock makes two
+-- claimers of the same id take turns: the second finds it running and gets no row.
+UPDATE jobsd.jobs AS j
+SET status = 'running', started_at = now(), attempts = j.attempts + 1,
+    lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
+    dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END
+WHERE j.id = %(id)s AND j.status = 'queued'
+RETURNING j.*;
