@@ -38,6 +38,7 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.recovery import Recovery
 from jobsd.registry import HandlerSpec, Registry, default_registry, handler
 from jobsd.retry import RetryPolicy, exponential_backoff
 
@@ -61,6 +62,7 @@ __all__ = [
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
+    "Recovery",
     "Registry",
     "RetryPolicy",
     "SyncClient",

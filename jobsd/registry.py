@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from jobsd.errors import ConfigError
+from jobsd.recovery import Recovery
 from jobsd.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ DedupScope = Literal["queue", "active"]
 Delivery = Literal["at_least_once", "at_most_once"]
 HandlerFunc = Callable[["JobContext"], Any]
 OnFail = Callable[["Job"], Awaitable[None] | None]
+Recover = Callable[["Job"], "Awaitable[Recovery] | Recovery"]
 F = TypeVar("F", bound=HandlerFunc)
 
 
@@ -36,6 +38,7 @@ class HandlerSpec:
     timeout_s: float | None = None
     delivery: Delivery = "at_least_once"
     retry: RetryPolicy | None = None
+    recover: Recover | None = None
 
 
 class Registry:
@@ -67,8 +70,12 @@ class Registry:
         return {t: s.max_attempts for t, s in self._specs.items()}
 
     def deliveries(self) -> dict[str, str]:
-        """Map each type to its delivery (what the sweeper does when its owner dies)."""
-        return {t: s.delivery for t, s in self._specs.items()}
+        """Map each type to what the sweeper does when its owner dies: its delivery, or
+        ``recover`` for an at_most_once type with a recover hook."""
+        return {
+            t: "recover" if s.delivery == "at_most_once" and s.recover else s.delivery
+            for t, s in self._specs.items()
+        }
 
     def clear(self) -> None:
         """Forget every handler (tests)."""
@@ -87,6 +94,7 @@ def handler(
     timeout: float | None = None,
     delivery: Delivery = "at_least_once",
     retry: RetryPolicy | None = None,
+    recover: Recover | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``type``.
@@ -96,7 +104,11 @@ def handler(
     ``max_attempts`` counts runs, the first included: the default 1 never runs a job
     twice. ``timeout`` is in seconds, on the monotonic clock. ``retry`` retries the
     handler's known failures (a ``RetryPolicy``); its ``max_attempts`` is the type's.
+    ``recover(job)`` (at_most_once types) decides the fate of a job whose owner died:
+    ``jobsd.recovery.succeeded(report)``, ``AMBIGUOUS`` or ``RERUN``.
     """
+    if recover is not None and delivery != "at_most_once":
+        raise ConfigError(f"recover of {type!r} needs delivery='at_most_once'")
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry of {type!r} must be a jobsd.RetryPolicy")
     if max_attempts is None:
@@ -127,6 +139,7 @@ def handler(
                 timeout_s=timeout,
                 delivery=delivery,
                 retry=retry,
+                recover=recover,
             )
         )
         return func

@@ -39,6 +39,7 @@ __all__ = [
     "note_discarded",
     "notify_enabled",
     "promote_due",
+    "resolve_job",
     "run_named",
     "run_named_sync",
     "set_notify",
@@ -398,3 +399,31 @@ async def claim_job(
             f"job {job_id} is already claimed by worker {job.worker_id!r} (attempt {job.attempts})"
         )
     raise DatabaseError(f"claim of job {job_id} failed: it is {job.status}, not queued")
+
+
+async def resolve_job(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: uuid.UUID,
+    *,
+    status: str,
+    reason: str,
+    actor: str,
+    report: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> Job | None:
+    """Settle a ``recovery_required`` job as ``succeeded``, ``failed`` or ``queued``.
+
+    Return the job as written, or None when it was not ``recovery_required``.
+    """
+    params = {
+        "id": job_id,
+        "status": status,
+        "reason": reason,
+        "report": storable_json(report) if report is not None else None,
+        "error": _storable_error(error),
+    }
+    with db_errors(f"resolve of job {job_id}"):
+        async with conn.transaction():
+            await run_named(conn, "admin_set_actor", {"worker_id": actor})
+            rows = await run_named(conn, "jobs_resolve", params)
+    return Job.from_row(rows[0]) if rows else None

@@ -9,24 +9,31 @@ older than ``stale_after`` is rescued too (checked every ``sweep_interval``).
 
 A rescue follows the type's delivery. ``at_least_once``: back to ``queued`` while
 attempts remain, else ``failed`` with ``max attempts exceeded``. ``at_most_once``:
-never run again, ``failed`` with ``worker lost``. A failed job's ``on_fail`` hook
-runs. The rescue clears the lease, so a late report from the old owner is discarded.
+never run again, ``failed`` with ``worker lost``, or, when the type has a
+``recover`` hook, ``recovery_required`` and then whatever the hook answers
+(``succeeded`` with reason ``recovered_after_publish``, stays ``recovery_required``,
+or a re-run). A failed job's ``on_fail`` hook runs. The rescue clears the lease, so
+a late report from the old owner is discarded.
 Many daemons may sweep at once: rows are taken with SKIP LOCKED, worker locks with
 ``pg_try_advisory_xact_lock``.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import assert_never
 
 import anyio
+import anyio.to_thread
 
 from jobsd.errors import BackendUnavailable
 from jobsd.models import Job
+from jobsd.recovery import AMBIGUOUS, Recovery
 from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import queries
@@ -74,9 +81,67 @@ class Sweeper:
             )
         for dead in found.dead_workers:
             log.info("worker.dead", extra={"dead_worker_id": dead})
-        return self._rescued(found.jobs)
+        return await self._rescued(found.jobs)
 
-    def _rescued(self, jobs: list[Job]) -> Counter[str]:
+    async def _rescued(self, jobs: list[Job]) -> Counter[str]:
+        settled = []
+        for job in jobs:
+            if job.status == "recovery_required":
+                settled.append(await self._recover(job))
+            else:
+                settled.append(job)
+        return self._count(settled)
+
+    async def _recover(self, job: Job) -> Job:
+        """Ask the type's recover hook what became of a job whose owner died; apply it.
+
+        The job is already ``recovery_required``: a hook that fails, hangs (30 s) or
+        answers ``AMBIGUOUS`` leaves it there for an operator (``jobsd resolve``).
+        """
+        spec = self.registry.get(job.type)
+        if spec is None or spec.recover is None:
+            return job
+        hook = spec.recover
+        answer: Recovery = AMBIGUOUS
+        try:
+            with anyio.fail_after(30):
+                if inspect.iscoroutinefunction(hook):
+                    answer = await hook(job)
+                else:
+                    result = await anyio.to_thread.run_sync(hook, job)
+                    answer = await result if inspect.isawaitable(result) else result
+            if not isinstance(answer, Recovery):
+                raise TypeError(f"recover hook returned {answer!r}, not a Recovery")
+        except Exception:
+            log.error("job.recover_failed", extra={"job_id": str(job.id)}, exc_info=True)
+            return job
+        match answer.action:
+            case "ambiguous":
+                log.info("job.recovery_required", extra={"job_id": str(job.id)})
+                return job
+            case "succeeded":
+                status, reason, error = "succeeded", "recovered_after_publish", None
+            case "rerun":
+                if job.attempts < spec.max_attempts:
+                    status, reason, error = "queued", "recovered: rerun", None
+                else:
+                    status, reason = "failed", "max attempts exceeded"
+                    error = "max attempts exceeded"
+            case _:
+                assert_never(answer.action)
+        async with acquire(self.pool, "recover") as conn:
+            written = await queries.resolve_job(
+                conn,
+                job.id,
+                status=status,
+                reason=reason,
+                actor=self.settings.worker_id,
+                report=answer.report,
+                error=error,
+            )
+        return written or job
+
+    def _count(self, jobs: list[Job]) -> Counter[str]:
         counts: Counter[str] = Counter()
         for job in jobs:
             counts[str(job.status)] += 1
@@ -113,7 +178,7 @@ class Sweeper:
                 default_max_attempts=self.settings.default_max_attempts,
                 now=now,
             )
-        return self._rescued(jobs)
+        return await self._rescued(jobs)
 
     async def _loop(self, step: Callable[[], Awaitable[Counter[str]]], interval: float) -> None:
         while True:

@@ -101,7 +101,9 @@ RETURNING j.*;
 -- a null threshold checks only the dead). What happens follows the type's delivery:
 -- at_least_once goes back to queued while attempts remain, else fails with
 -- 'max attempts exceeded'; at_most_once never runs again: it fails with 'worker
--- lost'. A job with a cancel request pending is cancelled instead. Types the
+-- lost', or, when its type has a recover hook (delivery passed as 'recover'),
+-- recovery_required for the hook to settle. A job with a cancel request pending is
+-- cancelled instead. Types the
 -- sweeper does not know get the defaults.
 WITH stale AS (
   SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
@@ -116,6 +118,7 @@ WITH stale AS (
 decided AS (
   SELECT s.id,
          CASE WHEN s.cancel_requested THEN 'cancel'
+              WHEN l.delivery = 'recover' THEN 'recover'
               WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
               WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
                 THEN 'requeue'
@@ -127,16 +130,17 @@ decided AS (
     ON l.type = s.type)
 UPDATE jobsd.jobs AS j
 SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'cancelled'
-                            ELSE 'failed' END,
+                            WHEN 'recover' THEN 'recovery_required' ELSE 'failed' END,
     reason = CASE d.verdict WHEN 'requeue' THEN d.why
-                            WHEN 'lost' THEN 'worker lost'
+                            WHEN 'lost' THEN 'worker lost' WHEN 'recover' THEN 'worker lost'
                             WHEN 'cancel' THEN 'cancel requested'
                             ELSE 'max attempts exceeded' END,
     error = CASE d.verdict WHEN 'requeue' THEN j.error WHEN 'cancel' THEN j.error
+                           WHEN 'recover' THEN 'worker lost'
                            WHEN 'lost' THEN 'worker lost'
                            ELSE 'max attempts exceeded' END,
-    finished_at = CASE WHEN d.verdict = 'requeue' THEN NULL ELSE now() END,
-    dedup_key = CASE WHEN d.verdict = 'requeue' THEN j.dedup_key END,
+    finished_at = CASE WHEN d.verdict IN ('requeue', 'recover') THEN NULL ELSE now() END,
+    dedup_key = CASE WHEN d.verdict IN ('requeue', 'recover') THEN j.dedup_key END,
     lease_id = NULL
 FROM decided AS d
 WHERE j.id = d.id
@@ -200,3 +204,16 @@ SET status = 'running', started_at = now(), attempts = j.attempts + 1,
     dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END
 WHERE j.id = %(id)s AND j.status = 'queued'
 RETURNING j.*;
+
+-- name: jobs_resolve
+-- Settle a recovery_required job (a recover hook's answer, or an operator's):
+-- succeeded, failed or queued again. Any other current state is left alone.
+UPDATE jobsd.jobs
+SET status = %(status)s, reason = %(reason)s,
+    report = coalesce(%(report)s::jsonb, report),
+    error = CASE %(status)s WHEN 'failed' THEN coalesce(%(error)s, error)
+                            WHEN 'succeeded' THEN NULL ELSE error END,
+    finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN now() END,
+    dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN NULL ELSE dedup_key END
+WHERE id = %(id)s AND status = 'recovery_required'
+RETURNING *;

@@ -228,3 +228,37 @@ def test_cancel_a_queued_job_then_a_running_one_then_a_finished_one(
     assert_one_line_error(run_cli("cancel", running, env=env), "succeeded", "nothing to cancel")
     assert_one_line_error(run_cli("cancel", str(uuid.uuid4()), env=env), "not found")
     assert_one_line_error(run_cli("cancel", "nope", env=env), "not a job id")
+
+
+def test_resolve_settles_a_recovery_required_job_and_only_such(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    env = make_env(db_url)
+    ids = [run_cli("enqueue", "noop", "--org", "acme", env=env).stdout.strip() for _ in range(3)]
+    for job_id in ids:
+        conn.execute(
+            "UPDATE jobsd.jobs SET status = 'running', attempts = 1, worker_id = 'w' WHERE id = %s",
+            (job_id,),
+        )
+        conn.execute(
+            "UPDATE jobsd.jobs SET status = 'recovery_required', reason = 'worker lost' "
+            "WHERE id = %s",
+            (job_id,),
+        )
+    for job_id, flag, status in zip(
+        ids,
+        ("--succeeded", "--failed", "--requeue"),
+        ("succeeded", "failed", "queued"),
+        strict=True,
+    ):
+        done = run_cli("resolve", job_id, flag, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"job {job_id} {status}"
+        event = conn.execute(
+            "SELECT from_status, to_status, worker_id, reason FROM jobsd.job_events "
+            "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+            (job_id,),
+        ).fetchone()
+        assert event == ("recovery_required", status, "cli", "resolved by operator")
+    assert_one_line_error(run_cli("resolve", ids[0], "--failed", env=env), "not recovery_required")
+    assert_one_line_error(run_cli("resolve", ids[0], env=env), "--succeeded")
