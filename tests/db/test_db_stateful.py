@@ -1,6 +1,7 @@
 """Random sequences of everything that can happen to jobs, run against a real Postgres
 with jobsd's own statements (claim, heartbeat, finish, retry, cancel, crash, sweep,
-time passing); after every step the invariants of docs/semantics.md must hold."""
+recovery and resolve, time passing); after every step the invariants of
+docs/semantics.md must hold."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from service.history import history_problems
 from jobsd.models import TERMINAL_STATES, JobStatus
 from jobsd.store.queries import run_named_sync
 
-TYPES = {"alo": "at_least_once", "amo": "at_most_once"}
+# amr: at_most_once with a recover hook (the sweep passes its delivery as 'recover')
+TYPES = {"alo": "at_least_once", "amo": "at_most_once", "amr": "recover"}
 MAX_ATTEMPTS = 2
 WORKERS = ("w1", "w2")
 
@@ -189,6 +191,33 @@ class JobsMachine(RuleBasedStateMachine):
             self.stale.extend(x for x in self.held[worker] if x[0] in rescued)
             self.held[worker] = [x for x in self.held[worker] if x[0] not in rescued]
 
+    @rule(pick=st.integers(0, 50), status=st.sampled_from(["succeeded", "failed", "queued"]))
+    def resolve(self, pick: int, status: str) -> None:
+        """A recover hook's answer or an operator's: settle a recovery_required job."""
+        waiting = sorted(
+            r["id"]
+            for r in self.conn.execute(
+                "SELECT id FROM jobsd.jobs WHERE org_id = %s AND status = 'recovery_required'",
+                (self.org,),
+            ).fetchall()
+        )
+        if not waiting:
+            return
+        job_id = waiting[pick % len(waiting)]
+        with self.conn.transaction():
+            self._run("admin_set_actor", {"worker_id": "ops"})
+            rows = self._run(
+                "jobs_resolve",
+                {
+                    "id": job_id,
+                    "status": status,
+                    "reason": "resolved by operator",
+                    "report": None,
+                    "error": None,
+                },
+            )
+        assert rows and rows[0]["status"] == status
+
     @rule()
     def time_passes(self) -> None:
         self._run("jobs_promote_due", {"limit": 100, "now": datetime.now(UTC) + timedelta(hours=2)})
@@ -231,8 +260,16 @@ class JobsMachine(RuleBasedStateMachine):
         runs = Counter(
             e["job_id"] for e in events if e["to_status"] == "running" != e["from_status"]
         )
+        # an operator's requeue is an explicit decision to run again
+        requeued = Counter(
+            e["job_id"]
+            for e in events
+            if e["from_status"] == "recovery_required" and e["to_status"] == "queued"
+        )
         for job in jobs:
-            if job["type"] == "amo":
+            if job["type"] == "amr":
+                assert runs[job["id"]] <= 1 + requeued[job["id"]], f"{job['id']} ran again"
+            elif job["type"] == "amo":
                 assert runs[job["id"]] <= 1, f"at_most_once job {job['id']} ran twice"
             else:
                 assert runs[job["id"]] <= MAX_ATTEMPTS, f"job {job['id']} ran too often"
