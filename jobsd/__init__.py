@@ -38,7 +38,9 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.recovery import Recovery
 from jobsd.registry import HandlerSpec, Registry, default_registry, handler
+from jobsd.retry import RetryPolicy, exponential_backoff
 
 __all__ = [
     "AlreadyClaimed",
@@ -60,13 +62,16 @@ __all__ = [
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
+    "Recovery",
     "Registry",
+    "RetryPolicy",
     "SyncClient",
     "UnknownJobKind",
     "UnknownQueue",
     "default_registry",
     "enqueue",
     "enqueue_sync",
+    "exponential_backoff",
     "handler",
 ]
 

@@ -287,6 +287,96 @@ def status(job_id: str, as_json: bool) -> None:
     _print_job(job, events)
 
 
+@main.command()
+@click.argument("job_id")
+@friendly_errors
+def cancel(job_id: str) -> None:
+    """Cancel a job: at once when it has not started, by request when it is running."""
+    import uuid
+
+    import anyio
+    import psycopg
+
+    from jobsd.store import queries
+    from jobsd.store.db import db_errors
+
+    try:
+        parsed = uuid.UUID(job_id)
+    except ValueError:
+        _fail(f"{job_id!r} is not a job id (a UUID)")
+    url = _require_url(load_settings())
+
+    async def apply() -> queries.CancelOutcome:
+        with db_errors(f"cancel of job {parsed}"):
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                return await queries.cancel_job(
+                    conn, parsed, actor="cli", reason="cancelled by operator"
+                )
+
+    done = anyio.run(apply)
+    if done.job is None:
+        _fail(f"job {parsed} not found")
+    match done.action:
+        case "cancelled":
+            click.echo(f"job {parsed} cancelled")
+        case "requested":
+            click.echo(
+                f"job {parsed} is running: cancel requested (its handler stops within a heartbeat)"
+            )
+        case _:
+            if done.job.status == "cancelled":
+                click.echo(f"job {parsed} cancelled")
+            elif done.job.status == "running":
+                click.echo(f"job {parsed} is running: cancel already requested")
+            else:
+                _fail(f"job {parsed} is {done.job.status}: nothing to cancel")
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--succeeded", "outcome", flag_value="succeeded", help="The work was done.")
+@click.option("--failed", "outcome", flag_value="failed", help="The work was not done.")
+@click.option("--requeue", "outcome", flag_value="queued", help="Run the job again.")
+@friendly_errors
+def resolve(job_id: str, outcome: str | None) -> None:
+    """Settle a recovery_required job (its outcome was unknown); recorded in its history."""
+    import uuid
+
+    import anyio
+    import psycopg
+
+    from jobsd.store import queries
+    from jobsd.store.db import db_errors
+
+    if outcome is None:
+        _fail("say how: --succeeded, --failed or --requeue")
+    try:
+        parsed = uuid.UUID(job_id)
+    except ValueError:
+        _fail(f"{job_id!r} is not a job id (a UUID)")
+    url = _require_url(load_settings())
+
+    async def apply() -> tuple[Job | None, Job | None]:
+        with db_errors(f"resolve of job {parsed}"):
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                written = await queries.resolve_job(
+                    conn,
+                    parsed,
+                    status=outcome,
+                    reason="resolved by operator",
+                    actor="cli",
+                    error="resolved as failed by an operator" if outcome == "failed" else None,
+                )
+                return written, await queries.get_job(conn, parsed)
+
+    written, job = anyio.run(apply)
+    if job is None:
+        _fail(f"job {parsed} not found")
+    if written is None:
+        _fail(f"job {parsed} is {job.status}, not recovery_required: nothing to resolve")
+    click.echo(f"job {parsed} {written.status}")
+
+
 def _print_job(job: Job, events: list[JobEvent]) -> None:
     fields = [
         ("id", str(job.id)),

@@ -57,6 +57,20 @@ class JobContext:
         # taken by a heartbeat whose write is not confirmed yet: if the job ends first,
         # that write finds the job no longer running and the final write must carry them
         self._sending: dict[str, Any] = {}
+        self._cancelled = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        """Say whether the job was cancelled (or its lease lost): stop and return.
+
+        Async handlers are cancelled outright; a sync handler's thread cannot be, so it
+        should check this between steps.
+        """
+        return self._cancelled.is_set()
+
+    def mark_cancelled(self) -> None:
+        """Raise the ``cancelled`` flag (the daemon does; handlers only read it)."""
+        self._cancelled.set()
 
     def progress(self, done: int | None = None, total: int | None = None, **fields: Any) -> _Done:
         """Record progress; jobsd writes it in the background, throttled.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["TERMINAL_STATES", "Job", "JobEvent", "JobStatus"]
+__all__ = ["INITIAL_STATES", "TERMINAL_STATES", "TRANSITIONS", "Job", "JobEvent", "JobStatus"]
 
 
 class JobStatus(enum.StrEnum):
@@ -31,6 +31,32 @@ class JobStatus(enum.StrEnum):
 
 
 TERMINAL_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+INITIAL_STATES = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.BLOCKED})
+
+# The edges of the state machine (docs/states.md). The database enforces the same
+# table (migration 0005, jobsd.transition_allowed); tests check they agree.
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    JobStatus.SCHEDULED: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
+    JobStatus.BLOCKED: frozenset({JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.CANCELLED,
+            JobStatus.QUEUED,
+            JobStatus.SCHEDULED,
+            JobStatus.RECOVERY_REQUIRED,
+        }
+    ),
+    JobStatus.RECOVERY_REQUIRED: frozenset(
+        {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.QUEUED, JobStatus.CANCELLED}
+    ),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +81,8 @@ class Job:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    cancel_requested_at: datetime | None = None
+    """set while a cancel request waits for a running job's owner (migration 0006)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -78,6 +106,7 @@ class Job:
             created_at=row["created_at"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
+            cancel_requested_at=row.get("cancel_requested_at"),
         )
 
     def to_json(self) -> dict[str, Any]:

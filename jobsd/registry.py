@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from jobsd.errors import ConfigError
+from jobsd.recovery import Recovery
+from jobsd.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from jobsd.context import JobContext
@@ -19,6 +21,7 @@ DedupScope = Literal["queue", "active"]
 Delivery = Literal["at_least_once", "at_most_once"]
 HandlerFunc = Callable[["JobContext"], Any]
 OnFail = Callable[["Job"], Awaitable[None] | None]
+Recover = Callable[["Job"], "Awaitable[Recovery] | Recovery"]
 F = TypeVar("F", bound=HandlerFunc)
 
 
@@ -34,6 +37,8 @@ class HandlerSpec:
     on_fail: OnFail | None = None
     timeout_s: float | None = None
     delivery: Delivery = "at_least_once"
+    retry: RetryPolicy | None = None
+    recover: Recover | None = None
 
 
 class Registry:
@@ -64,6 +69,14 @@ class Registry:
         """Map each type to its max_attempts."""
         return {t: s.max_attempts for t, s in self._specs.items()}
 
+    def deliveries(self) -> dict[str, str]:
+        """Map each type to what the sweeper does when its owner dies: its delivery, or
+        ``recover`` for an at_most_once type with a recover hook."""
+        return {
+            t: "recover" if s.delivery == "at_most_once" and s.recover else s.delivery
+            for t, s in self._specs.items()
+        }
+
     def clear(self) -> None:
         """Forget every handler (tests)."""
         self._specs.clear()
@@ -75,11 +88,13 @@ default_registry = Registry()
 def handler(
     type: str,
     *,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     dedup_scope: DedupScope = "queue",
     on_fail: OnFail | None = None,
     timeout: float | None = None,
     delivery: Delivery = "at_least_once",
+    retry: RetryPolicy | None = None,
+    recover: Recover | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``type``.
@@ -87,8 +102,22 @@ def handler(
     The function takes one argument, the JobContext, and returns a JSON object or None
     (the job's report). It may be async, or sync (it then runs in a worker thread).
     ``max_attempts`` counts runs, the first included: the default 1 never runs a job
-    twice. ``timeout`` is in seconds, on the monotonic clock.
+    twice. ``timeout`` is in seconds, on the monotonic clock. ``retry`` retries the
+    handler's known failures (a ``RetryPolicy``); its ``max_attempts`` is the type's.
+    ``recover(job)`` (at_most_once types) decides the fate of a job whose owner died:
+    ``jobsd.recovery.succeeded(report)``, ``AMBIGUOUS`` or ``RERUN``.
     """
+    if recover is not None and delivery != "at_most_once":
+        raise ConfigError(f"recover of {type!r} needs delivery='at_most_once'")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry of {type!r} must be a jobsd.RetryPolicy")
+    if max_attempts is None:
+        max_attempts = retry.max_attempts if retry is not None else 1
+    elif retry is not None and retry.max_attempts != max_attempts:
+        raise ConfigError(
+            f"max_attempts of {type!r} ({max_attempts}) differs from its retry policy's "
+            f"({retry.max_attempts}): give it once"
+        )
     if max_attempts < 1:
         raise ConfigError(f"max_attempts of {type!r} must be at least 1")
     if dedup_scope not in ("queue", "active"):
@@ -109,6 +138,8 @@ def handler(
                 on_fail=on_fail,
                 timeout_s=timeout,
                 delivery=delivery,
+                retry=retry,
+                recover=recover,
             )
         )
         return func

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     sweep_interval: Duration = 60.0
     """Time between sweeps (one also runs at start)."""
 
+    death_check_interval: Duration = 5.0
+    """Time between checks for dead workers (their lock is free): their jobs are rescued."""
+
     progress_interval: Duration = 1.0
     """Progress reported by handlers is written at most this often, in one batch."""
 

@@ -84,6 +84,7 @@ jobs = Table(
     Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Column("started_at", _TIMESTAMPTZ),
     Column("finished_at", _TIMESTAMPTZ),
+    Column("cancel_requested_at", _TIMESTAMPTZ),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint("attempts >= 0", name="jobs_attempts_check"),
     CheckConstraint("octet_length(error) <= 2048", name="jobs_error_check"),

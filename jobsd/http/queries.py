@@ -131,31 +131,38 @@ async def list_job_rows(
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
-    """The job after a cancel request, and whether this request cancelled it."""
+    """The job after a cancel request, and whether this request cancelled it (or asked
+    its running owner to)."""
 
     job: Job | None
     cancelled_now: bool
+    requested: bool = False
 
 
 async def cancel_job(
     conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
 ) -> CancelResult:
-    """Cancel a job that has not started; else return it as it is (None: no such job).
+    """Cancel a job that has not started, or request the cancel of a running one; else
+    return it as it is (None: no such job in this org).
 
-    One statement (``api_jobs_cancel_or_get``), one round trip with the org and the
-    actor recorded in the history set before it.
+    ``jobs_cancel`` runs with the org and the actor set, in one round trip; only when it
+    changed nothing is the job read back.
     """
+    params = {"id": job_id, "org_id": org_id, "reason": "cancelled by API"}
     with db_errors(f"cancel of job {job_id}"):
         rows = await run_for_org(
             conn,
             org_id,
-            "api_jobs_cancel_or_get",
-            {"id": job_id, "org_id": org_id},
+            "jobs_cancel",
+            params,
             before=[("admin_set_actor", {"worker_id": API_ACTOR})],
         )
-    if not rows:
-        return CancelResult(None, cancelled_now=False)
-    return CancelResult(Job.from_row(rows[0]), cancelled_now=bool(rows[0]["cancelled_now"]))
+        if rows:
+            running = rows[0]["previous"] == "running"
+            return CancelResult(Job.from_row(rows[0]), cancelled_now=not running, requested=running)
+        rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
+    job = Job.from_row(rows[0]) if rows and rows[0]["org_id"] == org_id else None
+    return CancelResult(job, cancelled_now=False)
 
 
 async def _bounded(conn: psycopg.AsyncConnection[Any], name: str, timeout_s: float) -> list[Row]:

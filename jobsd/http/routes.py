@@ -219,13 +219,23 @@ def jobs_router(
     @router.post(
         "/jobs/{job_id}/cancel",
         response_model=JobOut,
-        responses=responses(404, 409, 503),
+        responses={
+            **responses(404, 409, 503),
+            202: {
+                "model": JobOut,
+                "description": "The job is running: a cancel request was recorded; the "
+                "handler is cancelled within one heartbeat, then the job is cancelled.",
+            },
+        },
         operation_id="cancel_job",
-        summary="Cancel a job that has not started",
+        summary="Cancel a job",
         description="A queued, scheduled or blocked job becomes cancelled at once (200; "
-        "repeating the request answers 200 again). A running or finished job: 409.",
+        "repeating the request answers 200 again). A running job gets a cancel request "
+        "(202, the job as it is: still running): its handler is cancelled within one "
+        "heartbeat and the job becomes cancelled, unless it finishes first. A finished "
+        "job, or one awaiting recovery: 409.",
     )
-    async def cancel_job(job_id: uuid.UUID, org_id: Org) -> JobOut:
+    async def cancel_job(job_id: uuid.UUID, org_id: Org, response: Response) -> JobOut:
         with store_errors(f"cancel of job {job_id}"):
             result = await backend.read(
                 f"cancel of job {job_id}", queries.cancel_job, job_id, org_id
@@ -240,11 +250,10 @@ def jobs_router(
             case JobStatus.CANCELLED:
                 return JobOut.from_job(job)
             case JobStatus.RUNNING:
-                raise problem(
-                    409,
-                    "job_running",
-                    "the job is running: cancelling a running job is not supported yet",
-                )
+                if result.requested:
+                    log.info("api.cancel_requested", extra={"job_id": job_id, "org_id": org_id})
+                response.status_code = 202
+                return JobOut.from_job(job)
             case JobStatus.SUCCEEDED | JobStatus.FAILED:
                 raise problem(409, "job_finished", f"the job has already {status}")
             case JobStatus.RECOVERY_REQUIRED:

@@ -16,25 +16,34 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import dict_row
 
+from jobsd.errors import AlreadyClaimed, DatabaseError, JobNotFound
 from jobsd.jsonsafe import storable_json, storable_text
 from jobsd.models import Job, JobEvent
 from jobsd.store.db import db_errors
 from jobsd.store.sqlfiles import load_queries
 
 __all__ = [
+    "CancelOutcome",
+    "DeadSweep",
     "FinishRow",
     "HeartbeatRow",
     "PromoteResult",
+    "cancel_job",
     "claim_batch",
+    "claim_job",
     "finish_batch",
     "get_job",
     "get_job_events",
     "heartbeat",
+    "heartbeat_v2",
+    "note_discarded",
     "notify_enabled",
     "promote_due",
+    "resolve_job",
     "run_named",
     "run_named_sync",
     "set_notify",
+    "sweep_dead_workers",
     "sweep_stale",
 ]
 
@@ -111,8 +120,16 @@ async def heartbeat(
     conn: psycopg.AsyncConnection[Any], rows: Sequence[HeartbeatRow]
 ) -> set[uuid.UUID]:
     """Stamp and merge progress for held jobs; return the ids whose lease still holds."""
+    return set(await heartbeat_v2(conn, rows))
+
+
+async def heartbeat_v2(
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[HeartbeatRow]
+) -> dict[uuid.UUID, bool]:
+    """Stamp and merge progress for held jobs; map each id whose lease still holds to
+    whether a cancel request waits for it."""
     if not rows:
-        return set()
+        return {}
     params = {
         "ids": [r.job_id for r in rows],
         "lease_ids": [r.lease_id for r in rows],
@@ -121,7 +138,7 @@ async def heartbeat(
     }
     with db_errors(f"heartbeat of {len(rows)} jobs"):
         result = await run_named(conn, "jobs_heartbeat", params)
-    return {r["id"] for r in result}
+    return {r["id"]: bool(r["cancel_requested"]) for r in result}
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +153,7 @@ class FinishRow:
     reason: str | None
     progress: dict[str, Any] | None
     run_after: datetime | None = None
+    delay_s: float | None = None
 
 
 async def finish_batch(
@@ -162,6 +180,7 @@ async def finish_batch(
                 "reason": r.reason,
                 "progress": r.progress,
                 "run_after": r.run_after.isoformat() if r.run_after else None,
+                "delay_s": r.delay_s,
             }
         )
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
@@ -185,6 +204,27 @@ def _storable_error(text: str | None) -> str | None:
     return data[:_ERROR_MAX_BYTES].decode("utf-8", "ignore")
 
 
+def _sweep_params(
+    *,
+    stale_after_s: float | None,
+    max_attempts: dict[str, int],
+    delivery: dict[str, str] | None,
+    default_max_attempts: int,
+    now: datetime | None,
+    dead_workers: Sequence[str] = (),
+) -> dict[str, Any]:
+    types = sorted(set(max_attempts) | set(delivery or {}))
+    return {
+        "now": now,
+        "stale_after_s": stale_after_s,
+        "types": types,
+        "max_attempts": [max_attempts.get(t) for t in types],
+        "deliveries": [(delivery or {}).get(t) for t in types],
+        "default_max_attempts": default_max_attempts,
+        "dead_workers": list(dead_workers),
+    }
+
+
 async def sweep_stale(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -192,21 +232,63 @@ async def sweep_stale(
     stale_after_s: float,
     max_attempts: dict[str, int],
     default_max_attempts: int,
+    delivery: dict[str, str] | None = None,
     now: datetime | None = None,
 ) -> list[Job]:
-    """Requeue or fail running jobs whose heartbeat is stale; return them as updated."""
-    params = {
-        "now": now,
-        "stale_after_s": stale_after_s,
-        "types": list(max_attempts),
-        "max_attempts": list(max_attempts.values()),
-        "default_max_attempts": default_max_attempts,
-    }
+    """Rescue running jobs whose heartbeat is stale, per their type's delivery."""
+    params = _sweep_params(
+        stale_after_s=stale_after_s,
+        max_attempts=max_attempts,
+        delivery=delivery,
+        default_max_attempts=default_max_attempts,
+        now=now,
+    )
     with db_errors(f"sweep by worker {worker_id!r}"):
         async with conn.transaction():
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
             rows = await run_named(conn, "jobs_sweep_stale", params)
     return [Job.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadSweep:
+    """Workers found dead (their lock was free) and their jobs as rescued."""
+
+    dead_workers: list[str]
+    jobs: list[Job]
+
+
+async def sweep_dead_workers(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    worker_id: str,
+    max_attempts: dict[str, int],
+    default_max_attempts: int,
+    delivery: dict[str, str] | None = None,
+) -> DeadSweep:
+    """Take the lock of every dead registered worker, rescue its jobs, delete its row.
+
+    One transaction: the locks are transaction-scoped, so no other sweeper can act on
+    the same worker meanwhile, and the commit releases them.
+    """
+    with db_errors(f"death check by worker {worker_id!r}"):
+        async with conn.transaction():
+            found = await run_named(conn, "workers_take_dead", {"worker_id": worker_id})
+            dead = [r["worker_id"] for r in found]
+            if not dead:
+                return DeadSweep([], [])
+            await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
+            params = _sweep_params(
+                stale_after_s=None,
+                max_attempts=max_attempts,
+                delivery=delivery,
+                default_max_attempts=default_max_attempts,
+                now=None,
+                dead_workers=dead,
+            )
+            rows = await run_named(conn, "jobs_sweep_stale", params)
+            await run_named(conn, "workers_delete_many", {"worker_ids": dead})
+    return DeadSweep(dead, [Job.from_row(r) for r in rows])
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,3 +320,110 @@ async def notify_enabled(conn: psycopg.AsyncConnection[Any]) -> bool:
     with db_errors("reading the notification switch"):
         rows = await run_named(conn, "admin_notify_status", {})
     return bool(rows and rows[0]["enabled"])
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What a cancel did: ``cancelled`` at once, ``requested`` (running), or ``none``
+    (the job is finished, awaits recovery, or does not exist: ``job`` says which)."""
+
+    action: str
+    job: Job | None
+
+
+async def cancel_job(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: uuid.UUID,
+    *,
+    actor: str,
+    reason: str,
+    org_id: str | None = None,
+) -> CancelOutcome:
+    """Cancel a job that has not started, or ask its owner to cancel a running one.
+
+    Idempotent: a repeated request keeps the first request's time. ``org_id`` limits
+    the job to one org (the API); None is any org (operators).
+    """
+    params = {"id": job_id, "org_id": org_id, "reason": reason}
+    with db_errors(f"cancel of job {job_id}"):
+        async with conn.transaction():
+            await run_named(conn, "admin_set_actor", {"worker_id": actor})
+            rows = await run_named(conn, "jobs_cancel", params)
+            if rows:
+                action = "requested" if rows[0]["previous"] == "running" else "cancelled"
+                return CancelOutcome(action, Job.from_row(rows[0]))
+            rows = await run_named(conn, "jobs_get", {"id": job_id})
+    job = Job.from_row(rows[0]) if rows else None
+    if job is not None and org_id is not None and job.org_id != org_id:
+        job = None
+    return CancelOutcome("none", job)
+
+
+async def note_discarded(
+    conn: psycopg.AsyncConnection[Any], job_ids: Sequence[uuid.UUID], *, worker_id: str
+) -> None:
+    """Record in each job's history that ``worker_id``'s result for it was discarded."""
+    if not job_ids:
+        return
+    with db_errors(f"note of {len(job_ids)} discarded results"):
+        await run_named(
+            conn, "job_events_note_discarded", {"ids": list(job_ids), "worker_id": worker_id}
+        )
+
+
+async def claim_job(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: uuid.UUID,
+    worker_id: str,
+    *,
+    keep_dedup: bool = False,
+) -> Job:
+    """Claim one specific queued job under a fresh lease and return it.
+
+    Two workers claiming the same id: one gets it, the other ``AlreadyClaimed``, never
+    silence. A job that is not queued for another reason raises ``AlreadyClaimed``
+    too when it is running, else ``JobNotFound`` (missing) or ``DatabaseError``
+    naming its status.
+    """
+    params = {"id": job_id, "worker_id": worker_id, "keep_dedup": keep_dedup}
+    with db_errors(f"claim of job {job_id} by worker {worker_id!r}"):
+        rows = await run_named(conn, "jobs_claim_one", params)
+        if rows:
+            return Job.from_row(rows[0])
+        rows = await run_named(conn, "jobs_get", {"id": job_id})
+    if not rows:
+        raise JobNotFound(job_id)
+    job = Job.from_row(rows[0])
+    if job.status == "running":
+        raise AlreadyClaimed(
+            f"job {job_id} is already claimed by worker {job.worker_id!r} (attempt {job.attempts})"
+        )
+    raise DatabaseError(f"claim of job {job_id} failed: it is {job.status}, not queued")
+
+
+async def resolve_job(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: uuid.UUID,
+    *,
+    status: str,
+    reason: str,
+    actor: str,
+    report: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> Job | None:
+    """Settle a ``recovery_required`` job as ``succeeded``, ``failed`` or ``queued``.
+
+    Return the job as written, or None when it was not ``recovery_required``.
+    """
+    params = {
+        "id": job_id,
+        "status": status,
+        "reason": reason,
+        "report": storable_json(report) if report is not None else None,
+        "error": _storable_error(error),
+    }
+    with db_errors(f"resolve of job {job_id}"):
+        async with conn.transaction():
+            await run_named(conn, "admin_set_actor", {"worker_id": actor})
+            rows = await run_named(conn, "jobs_resolve", params)
+    return Job.from_row(rows[0]) if rows else None

@@ -3,7 +3,9 @@
 Results queue up while a write is in flight and go out together in the next one, so
 under load many jobs share a round trip and an idle daemon writes a lone result at
 once. Every write is conditioned on the job's lease: a result whose lease is gone is
-discarded, never applied. When the database is away, results are kept in memory and
+discarded, never applied, and the job's history gets an event saying so (from its
+current status to the same, reason ``result discarded: lease lost``, this worker).
+When the database is away, results are kept in memory and
 written once it is back; the jobs stay held (and heartbeated) until then.
 """
 
@@ -50,8 +52,11 @@ class Completer:
         holdings: Holdings,
         stats: DaemonStats,
         on_failed: Callable[[Job], None],
+        *,
+        worker_id: str = "",
     ) -> None:
         self.pool = pool
+        self.worker_id = worker_id
         self.holdings = holdings
         self.stats = stats
         self.on_failed = on_failed
@@ -119,7 +124,17 @@ class Completer:
                 for result in batch:
                     await self._write([result])
                 return
-        self._settle(batch, written)
+        discarded = self._settle(batch, written)
+        if discarded:
+            await self._note_discarded(discarded)
+
+    async def _note_discarded(self, job_ids: list[uuid.UUID]) -> None:
+        # best effort: the result is discarded either way, only the evidence is lost
+        try:
+            async with acquire(self.pool, "note discarded") as conn:
+                await queries.note_discarded(conn, job_ids, worker_id=self.worker_id)
+        except (BackendUnavailable, DatabaseError) as exc:
+            log.warning("completer.note_failed", extra={"count": len(job_ids), "error": str(exc)})
 
     async def _write_poisoned(self, result: _Result) -> dict[uuid.UUID, Job]:
         log.error(
@@ -132,7 +147,9 @@ class Completer:
                 conn, [_finish_row(_Result(result.held, replacement, None))]
             )
 
-    def _settle(self, batch: list[_Result], written: dict[uuid.UUID, Job]) -> None:
+    def _settle(self, batch: list[_Result], written: dict[uuid.UUID, Job]) -> list[uuid.UUID]:
+        """Account for a written batch; return the ids whose result was discarded."""
+        discarded: list[uuid.UUID] = []
         for result in batch:
             job_id = result.held.job.id
             # a superseded run's lease is gone for good: its write cannot have matched,
@@ -149,6 +166,7 @@ class Completer:
                         "status": result.outcome.status,
                     },
                 )
+                discarded.append(job_id)
                 continue
             self.stats.finished[(job.type, str(job.status))] += 1
             log.info(
@@ -162,6 +180,7 @@ class Completer:
             )
             if job.status == "failed":
                 self.on_failed(job)
+        return discarded
 
 
 def _finish_row(result: _Result) -> queries.FinishRow:
@@ -175,4 +194,5 @@ def _finish_row(result: _Result) -> queries.FinishRow:
         reason=outcome.reason,
         progress=result.progress,
         run_after=outcome.run_after,
+        delay_s=outcome.delay_s,
     )

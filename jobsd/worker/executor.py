@@ -1,15 +1,18 @@
 """Run one job's handler and turn whatever happens into an Outcome.
 
 A handler exception fails the job at once with a structured cause: the short message
-in ``error`` (at most 2 KiB), the type, full message and traceback in ``report``. A
-handler never takes the daemon down with it.
+in ``error`` (at most 2 KiB), the type, full message and traceback in ``report``,
+unless the type's retry policy matches it and attempts remain: then the job goes to
+``scheduled`` (reason ``retry``) with the same cause, to run again after the back-off.
+A timeout counts as a ``TimeoutError`` for the policy. A handler never takes the
+daemon down with it.
 """
 
 from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +41,8 @@ class Outcome:
     error: str | None = None
     reason: str | None = None
     run_after: datetime | None = None
+    delay_s: float | None = None
+    """for a ``scheduled`` outcome: run again this long after the write (database clock)"""
 
 
 def cap_error(text: str) -> str:
@@ -83,7 +88,8 @@ async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Ou
             with anyio.move_on_after(spec.timeout_s) as deadline:
                 result = await _call(spec, ctx)
             if deadline.cancelled_caught:
-                return failure(f"timeout after {spec.timeout_s:g} s", reason="timeout")
+                outcome = failure(f"timeout after {spec.timeout_s:g} s", reason="timeout")
+                return _maybe_retry(job, spec, TimeoutError(), outcome)
     except anyio.get_cancelled_exc_class():
         raise
     except (Exception, SystemExit) as exc:
@@ -91,7 +97,7 @@ async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Ou
             "job.handler_failed",
             extra={"job_id": str(job.id), "type": job.type, "error": repr(exc)},
         )
-        return failure(
+        outcome = failure(
             f"{type(exc).__name__}: {exc}",
             reason="handler error",
             detail={
@@ -99,6 +105,7 @@ async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Ou
                 "traceback": "".join(traceback.format_exception(exc)),
             },
         )
+        return _maybe_retry(job, spec, exc, outcome)
     if result is None:
         return Outcome(status="succeeded")
     try:
@@ -106,6 +113,19 @@ async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Ou
     except InvalidPayload as exc:
         return failure(str(exc), reason="invalid report")
     return Outcome(status="succeeded", report_json=report)
+
+
+def _maybe_retry(job: Job, spec: HandlerSpec, exc: BaseException, failed: Outcome) -> Outcome:
+    """Turn a failure into a scheduled retry when the type's policy says so."""
+    policy = spec.retry
+    if policy is None or not policy.matches(exc) or job.attempts >= spec.max_attempts:
+        return failed
+    delay_s = policy.delay_s(job.attempts)
+    log.info(
+        "job.retry_scheduled",
+        extra={"job_id": str(job.id), "attempt": job.attempts, "delay_s": round(delay_s, 3)},
+    )
+    return replace(failed, status="scheduled", reason="retry", delay_s=delay_s)
 
 
 async def _call(spec: HandlerSpec, ctx: JobContext) -> Any:

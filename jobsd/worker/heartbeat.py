@@ -4,7 +4,8 @@ Each tick (``progress_interval``) writes the jobs whose handlers reported progre
 every ``heartbeat_interval`` (at most a third of ``stale_after``) it writes all held
 jobs, which stamps ``progress.updated_at``: the sweeper's proof of life. A job missing
 from the result lost its lease (swept or claimed elsewhere): its handler is cancelled
-and its outcome will be discarded.
+and its outcome will be discarded. A job returned with a cancel request has its handler
+cancelled (``ctx.cancelled`` for sync handlers) and is then written ``cancelled``.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Heartbeat:
             return 0
         try:
             async with acquire(self.pool, "heartbeat") as conn:
-                alive = await queries.heartbeat(conn, rows)
+                alive = await queries.heartbeat_v2(conn, rows)
         except BackendUnavailable:
             for held, fields in taken:
                 held.ctx.restore_pending(fields)
@@ -77,7 +78,11 @@ class Heartbeat:
         # run. A finished run may be missing because its own outcome was just written:
         # only a run still in its handler is known to have lost its lease.
         for held in sent:
-            if held.job.id in alive or held.finished:
+            if held.job.id in alive:
+                if alive[held.job.id] and self.holdings.request_cancel(held):
+                    log.info("job.cancel_requested", extra={"job_id": str(held.job.id)})
+                continue
+            if held.finished:
                 continue
             if self.holdings.mark_lost(held):
                 log.warning("job.lease_lost", extra={"job_id": str(held.job.id)})

@@ -25,6 +25,8 @@ class Held:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     finished: bool = False
     lost: bool = False
+    cancel_requested: bool = False
+    """a cancel request reached this run: its handler is cancelled, the job written cancelled"""
     superseded: bool = False
     """this daemon claimed the job again under a new lease: this run can no longer report"""
     started_monotonic: float = field(default_factory=time.monotonic)
@@ -77,8 +79,18 @@ class Holdings:
         if held.lost:
             return False
         held.lost = True
+        held.ctx.mark_cancelled()
         if not held.finished:
             held.scope.cancel()
+        return True
+
+    def request_cancel(self, held: Held) -> bool:
+        """Cancel a run's handler on request; False if already known or finished."""
+        if held.cancel_requested or held.lost or held.finished:
+            return False
+        held.cancel_requested = True
+        held.ctx.mark_cancelled()
+        held.scope.cancel()
         return True
 
     def release_slot(self, held: Held) -> None:

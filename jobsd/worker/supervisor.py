@@ -35,6 +35,7 @@ from jobsd.worker.executor import Outcome, failure, make_context, run_handler
 from jobsd.worker.heartbeat import Heartbeat
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.hooks import FailHooks
+from jobsd.worker.lifeline import Lifeline
 from jobsd.worker.listener import Listener
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.sweeper import Sweeper
@@ -85,10 +86,15 @@ class Daemon:
             timeout_s=10.0,
         )
         self.hooks = FailHooks(self.registry)
-        self.completer = Completer(self.pool, self.holdings, self.stats, self.hooks.submit)
+        self.completer = Completer(
+            self.pool, self.holdings, self.stats, self.hooks.submit, worker_id=settings.worker_id
+        )
         self.heartbeat = Heartbeat(self.pool, self.holdings, settings)
         self.sweeper = Sweeper(self.pool, settings, self.registry, self.stats, self.hooks.submit)
         self.listener = Listener(settings.database_url, settings.queues, self.waker, self.stats)
+        self.lifeline = Lifeline(
+            settings.database_url, settings.worker_id, settings.death_check_interval
+        )
         self._jobs_tg: TaskGroup | None = None
         self.claimer = Claimer(
             self.pool,
@@ -159,6 +165,9 @@ class Daemon:
                 with self._start_scope:
                     if self.settings.notify:
                         await services.start(self.listener.run)
+                    # registered (and locked) before the first claim: a job can only
+                    # be owned by a worker whose death the sweeper can prove
+                    await services.start(self.lifeline.run)
                 if not self.stopping:
                     services.start_soon(self.completer.run)
                     services.start_soon(self.heartbeat.run)
@@ -206,6 +215,8 @@ class Daemon:
             raise
         self.holdings.release_slot(held)
         self.stats.run_s.observe(job.type, time.monotonic() - held.started_monotonic)
+        if outcome is None and held.cancel_requested and not held.lost:
+            outcome = Outcome(status="cancelled", reason="cancel requested")
         if outcome is None:  # our scope was cancelled: the lease is gone
             self.completer.submit(held, failure("lease lost", reason="lease lost"))
             return

@@ -88,14 +88,14 @@ WHERE j.id = %(id)s AND j.org_id = %(org_id)s AND NOT EXISTS (SELECT FROM c);
 
 -- name: api_jobs_depth
 -- Queue depth by declared queue and state, zeros included, for /metrics: every
--- org's jobs, through the SECURITY DEFINER function of migration 0009 (the API's
+-- org's jobs, through the SECURITY DEFINER function of migration 0007 (the API's
 -- role may see one org only).
 SELECT queue, status, jobs FROM jobsd.queue_depth();
 
 -- name: api_health_report
 -- What makes a queue table sick before it shows: pickup lag (the longest wait
 -- among the next 1,000 jobs in claim order, every org's: a SECURITY DEFINER
--- function of migration 0009), dead tuples on jobs (statistics: no row-level
+-- function of migration 0007), dead tuples on jobs (statistics: no row-level
 -- security), and the oldest
 -- open transaction or prepared transaction in this database (they hold back
 -- vacuum). Ages are null when there is nothing to measure; the caller clamps

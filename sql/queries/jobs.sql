@@ -64,20 +64,21 @@ RETURNING j.*;
 -- name: jobs_heartbeat
 -- One statement for every job a daemon holds: stamp progress.updated_at and merge
 -- pending progress fields. Jobs whose lease changed are not returned: the worker
--- lost them.
+-- lost them. A job with a cancel request says so: its handler is to be cancelled.
 UPDATE jobsd.jobs AS j
 SET progress = coalesce(j.progress, '{}'::jsonb) || coalesce(h.fields, '{}'::jsonb)
                || jsonb_build_object('updated_at', now())
 FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(fields)s::jsonb[])
      AS h(id, lease_id, fields)
 WHERE j.id = h.id AND j.lease_id = h.lease_id AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: jobs_finish_batch
 -- Write many outcomes in one statement, each conditioned on its lease. A result
 -- whose lease is gone is not applied and its id is not returned. An outcome may
--- also be non-terminal (back to queued after an interrupted run): then the dedup
--- key and run_after are kept and the lease is dropped.
+-- also be non-terminal (back to queued after an interrupted run, or scheduled for a
+-- retry `delay_s` from now on the database clock): then the dedup key is kept and the
+-- lease is dropped.
 UPDATE jobsd.jobs AS j
 SET status = r.status, report = r.report, error = r.error, reason = r.reason,
     progress = CASE WHEN r.progress IS NULL THEN j.progress
@@ -87,34 +88,59 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
                      ELSE j.dedup_key END,
     lease_id = CASE WHEN r.status = 'running' THEN j.lease_id
                     WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN j.lease_id END,
-    run_after = coalesce(r.run_after, j.run_after)
+    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after)
 FROM jsonb_to_recordset(%(results)s::jsonb)
      AS r(id uuid, lease_id uuid, status text, report jsonb, error text, reason text,
-          progress jsonb, run_after timestamptz)
+          progress jsonb, run_after timestamptz, delay_s float8)
 WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
 RETURNING j.*;
 
 -- name: jobs_sweep_stale
--- Rescue running jobs whose heartbeat (else start) is older than the threshold:
--- back to queued while attempts remain, else failed for good. Types the sweeper
--- does not know get the default max_attempts.
+-- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the
+-- sweeper holds its lock) or hung (heartbeat, else start, older than the threshold;
+-- a null threshold checks only the dead). What happens follows the type's delivery:
+-- at_least_once goes back to queued while attempts remain, else fails with
+-- 'max attempts exceeded'; at_most_once never runs again: it fails with 'worker
+-- lost', or, when its type has a recover hook (delivery passed as 'recover'),
+-- recovery_required for the hook to settle. A job with a cancel request pending is
+-- cancelled instead. Types the
+-- sweeper does not know get the defaults.
 WITH stale AS (
-  SELECT j.id, j.type, j.attempts FROM jobsd.jobs AS j
+  SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
+         j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
+  FROM jobsd.jobs AS j
   WHERE j.status = 'running'
-    AND coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
-        < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_after_s)s)
+    AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
+         OR coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+            < coalesce(%(now)s::timestamptz, now())
+              - make_interval(secs => %(stale_after_s)s::float8))
   FOR UPDATE SKIP LOCKED),
 decided AS (
-  SELECT s.id, s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s) AS requeue
+  SELECT s.id,
+         CASE WHEN s.cancel_requested THEN 'cancel'
+              WHEN l.delivery = 'recover' THEN 'recover'
+              WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
+              WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
+                THEN 'requeue'
+              ELSE 'exhausted' END AS verdict,
+         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why
   FROM stale AS s
-  LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[]) AS l(type, max_attempts)
+  LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[], %(deliveries)s::text[])
+    AS l(type, max_attempts, delivery)
     ON l.type = s.type)
 UPDATE jobsd.jobs AS j
-SET status = CASE WHEN d.requeue THEN 'queued' ELSE 'failed' END,
-    reason = CASE WHEN d.requeue THEN 'stale heartbeat' ELSE 'max attempts exceeded' END,
-    error = CASE WHEN d.requeue THEN j.error ELSE 'max attempts exceeded' END,
-    finished_at = CASE WHEN d.requeue THEN NULL ELSE now() END,
-    dedup_key = CASE WHEN d.requeue THEN j.dedup_key END,
+SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'cancelled'
+                            WHEN 'recover' THEN 'recovery_required' ELSE 'failed' END,
+    reason = CASE d.verdict WHEN 'requeue' THEN d.why
+                            WHEN 'lost' THEN 'worker lost' WHEN 'recover' THEN 'worker lost'
+                            WHEN 'cancel' THEN 'cancel requested'
+                            ELSE 'max attempts exceeded' END,
+    error = CASE d.verdict WHEN 'requeue' THEN j.error WHEN 'cancel' THEN j.error
+                           WHEN 'recover' THEN 'worker lost'
+                           WHEN 'lost' THEN 'worker lost'
+                           ELSE 'max attempts exceeded' END,
+    finished_at = CASE WHEN d.verdict IN ('requeue', 'recover') THEN NULL ELSE now() END,
+    dedup_key = CASE WHEN d.verdict IN ('requeue', 'recover') THEN j.dedup_key END,
     lease_id = NULL
 FROM decided AS d
 WHERE j.id = d.id
@@ -137,3 +163,57 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
        (SELECT min(run_after) FROM jobsd.jobs
         WHERE status = 'scheduled'
           AND run_after > coalesce(%(now)s::timestamptz, now())) AS next_due;
+
+-- name: jobs_cancel
+-- Cancel a job: queued, scheduled or blocked ones at once; a running one gets a
+-- request (kept if one is pending) that its owner's heartbeat picks up. Other
+-- states are left alone and not returned. `previous` says which case it was.
+WITH target AS (
+  SELECT id, status FROM jobsd.jobs
+  WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
+    AND status IN ('queued', 'scheduled', 'blocked', 'running')
+  FOR UPDATE)
+UPDATE jobsd.jobs AS j
+SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
+    reason = CASE WHEN t.status = 'running' THEN j.reason ELSE %(reason)s END,
+    finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
+    dedup_key = CASE WHEN t.status = 'running' THEN j.dedup_key END,
+    cancel_requested_at = coalesce(j.cancel_requested_at, now())
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.*, t.status AS previous;
+
+-- name: job_events_note_discarded
+-- Evidence of fencing: for each job whose result a worker could not write (its lease
+-- was gone), an event from the job's current status to the same status, naming the
+-- worker whose result was discarded. FOR SHARE waits for a transition in flight, so
+-- the note lands after that transition's own event and the chain stays gapless.
+INSERT INTO jobsd.job_events (job_id, org_id, from_status, to_status, attempt, worker_id, reason)
+SELECT j.id, j.org_id, j.status, j.status, j.attempts, %(worker_id)s,
+       'result discarded: lease lost'
+FROM jobsd.jobs AS j
+WHERE j.id = ANY(%(ids)s::uuid[])
+FOR SHARE OF j;
+
+-- name: jobs_claim_one
+-- Claim one specific job, if it is queued (PD-21 ST-2). The row lock makes two
+-- claimers of the same id take turns: the second finds it running and gets no row.
+UPDATE jobsd.jobs AS j
+SET status = 'running', started_at = now(), attempts = j.attempts + 1,
+    lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
+    dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END
+WHERE j.id = %(id)s AND j.status = 'queued'
+RETURNING j.*;
+
+-- name: jobs_resolve
+-- Settle a recovery_required job (a recover hook's answer, or an operator's):
+-- succeeded, failed or queued again. Any other current state is left alone.
+UPDATE jobsd.jobs
+SET status = %(status)s, reason = %(reason)s,
+    report = coalesce(%(report)s::jsonb, report),
+    error = CASE %(status)s WHEN 'failed' THEN coalesce(%(error)s, error)
+                            WHEN 'succeeded' THEN NULL ELSE error END,
+    finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN now() END,
+    dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN NULL ELSE dedup_key END
+WHERE id = %(id)s AND status = 'recovery_required'
+RETURNING *;

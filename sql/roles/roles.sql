@@ -83,7 +83,8 @@ GRANT SELECT ON ALL TABLES IN SCHEMA jobsd TO {read};
 -- the org in jobsd.org_id by row-level security.
 GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {enqueue};
 GRANT SELECT, INSERT ON jobsd.jobs TO {enqueue};
-GRANT UPDATE (status, reason, finished_at, dedup_key) ON jobsd.jobs TO {enqueue};
+GRANT UPDATE (status, reason, finished_at, dedup_key, cancel_requested_at)
+  ON jobsd.jobs TO {enqueue};
 GRANT SELECT, INSERT ON jobsd.job_events TO {enqueue};
 -- worker: claim, heartbeat, finish, sweep (UPDATE ... RETURNING needs SELECT);
 -- the history trigger writes job_events; schema_migrations for the start check.
@@ -91,6 +92,8 @@ GRANT SELECT, INSERT ON jobsd.job_events TO {enqueue};
 GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {worker};
 GRANT SELECT, UPDATE ON jobsd.jobs TO {worker};
 GRANT INSERT ON jobsd.job_events TO {worker};
+-- each daemon registers itself, and sweepers delete the rows of dead workers
+GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
 
 -- name: roles_grant_api_tokens
 -- The HTTP API, running as the enqueue role, looks bearer tokens up by hash.

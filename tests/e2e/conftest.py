@@ -201,6 +201,9 @@ CREATE TABLE IF NOT EXISTS e2e_side (
 CREATE TABLE IF NOT EXISTS e2e_batches (
   first_row int PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL,
   redone int NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS e2e_runs (
+  job_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+  PRIMARY KEY (job_id, attempt));
 """
 
 

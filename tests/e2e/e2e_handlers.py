@@ -94,3 +94,36 @@ async def resumable_import(ctx: jobsd.JobContext) -> dict[str, Any]:
 async def always_fails(ctx: jobsd.JobContext) -> None:
     """Fail with the payload's message."""
     raise RuntimeError(ctx.payload.get("message", "this job always fails"))
+
+
+@jobsd.handler("slow_first_run", max_attempts=2)
+async def slow_first_run(ctx: jobsd.JobContext) -> dict[str, int]:
+    """Hang on the first attempt (the test kills the daemon meanwhile); succeed after."""
+    await _record_run_attempt(ctx.id, ctx.attempt)
+    if ctx.attempt == 1:
+        await anyio.sleep(3600)
+    return {"attempt": ctx.attempt}
+
+
+@jobsd.handler("publish_once", delivery="at_most_once", max_attempts=3)
+async def publish_once(ctx: jobsd.JobContext) -> dict[str, int]:
+    """Hang (the test kills the daemon meanwhile): an at_most_once job never runs twice."""
+    await _record_run_attempt(ctx.id, ctx.attempt)
+    await anyio.sleep(3600)
+    return {"attempt": ctx.attempt}
+
+
+async def _record_run_attempt(job_id: object, attempt: int) -> None:
+    url = os.environ["JOBSD_DATABASE_URL"]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO e2e_runs (job_id, attempt, pid) VALUES (%s, %s, %s)",
+            (job_id, attempt, os.getpid()),
+        )
+
+
+@jobsd.handler("whoami", max_attempts=2)
+async def whoami(ctx: jobsd.JobContext) -> dict[str, int]:
+    """Work ``seconds`` (payload), then report which process did it."""
+    await anyio.sleep(float(ctx.payload.get("seconds", 1.0)))
+    return {"pid": os.getpid(), "attempt": ctx.attempt}

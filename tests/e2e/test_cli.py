@@ -197,3 +197,73 @@ def test_migrate_twice_then_up_to_date(empty_db: str) -> None:
 
 def test_run_refuses_an_unmigrated_database(empty_db: str) -> None:
     assert_one_line_error(run_cli("run", env=make_env(empty_db)), "jobsd migrate")
+
+
+def test_cancel_a_queued_job_then_a_running_one_then_a_finished_one(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    env = make_env(db_url)
+    queued = run_cli("enqueue", "noop", "--org", "acme", env=env).stdout.strip()
+    done = run_cli("cancel", queued, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"job {queued} cancelled"
+    row = conn.execute("SELECT status, reason FROM jobsd.jobs WHERE id = %s", (queued,)).fetchone()
+    assert row == ("cancelled", "cancelled by operator")
+    actor = conn.execute(
+        "SELECT worker_id FROM jobsd.job_events WHERE job_id = %s AND to_status = 'cancelled'",
+        (queued,),
+    ).fetchone()
+    assert actor == ("cli",)
+
+    running = run_cli("enqueue", "noop", "--org", "acme", env=env).stdout.strip()
+    conn.execute(
+        "UPDATE jobsd.jobs SET status = 'running', attempts = 1, started_at = now(), "
+        "lease_id = gen_random_uuid(), worker_id = 'w' WHERE id = %s",
+        (running,),
+    )
+    asked = run_cli("cancel", running, env=env)
+    assert asked.returncode == 0 and "cancel requested" in asked.stdout
+    requested = conn.execute(
+        "SELECT status, cancel_requested_at IS NOT NULL FROM jobsd.jobs WHERE id = %s",
+        (running,),
+    ).fetchone()
+    assert requested == ("running", True)
+
+    conn.execute("UPDATE jobsd.jobs SET status = 'succeeded' WHERE id = %s", (running,))
+    assert_one_line_error(run_cli("cancel", running, env=env), "succeeded", "nothing to cancel")
+    assert_one_line_error(run_cli("cancel", str(uuid.uuid4()), env=env), "not found")
+    assert_one_line_error(run_cli("cancel", "nope", env=env), "not a job id")
+
+
+def test_resolve_settles_a_recovery_required_job_and_only_such(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    env = make_env(db_url)
+    ids = [run_cli("enqueue", "noop", "--org", "acme", env=env).stdout.strip() for _ in range(3)]
+    for job_id in ids:
+        conn.execute(
+            "UPDATE jobsd.jobs SET status = 'running', attempts = 1, worker_id = 'w' WHERE id = %s",
+            (job_id,),
+        )
+        conn.execute(
+            "UPDATE jobsd.jobs SET status = 'recovery_required', reason = 'worker lost' "
+            "WHERE id = %s",
+            (job_id,),
+        )
+    for job_id, flag, status in zip(
+        ids,
+        ("--succeeded", "--failed", "--requeue"),
+        ("succeeded", "failed", "queued"),
+        strict=True,
+    ):
+        done = run_cli("resolve", job_id, flag, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"job {job_id} {status}"
+        event = conn.execute(
+            "SELECT from_status, to_status, worker_id, reason FROM jobsd.job_events "
+            "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+            (job_id,),
+        ).fetchone()
+        assert event == ("recovery_required", status, "cli", "resolved by operator")
+    assert_one_line_error(run_cli("resolve", ids[0], "--failed", env=env), "not recovery_required")
+    assert_one_line_error(run_cli("resolve", ids[0], env=env), "--succeeded")

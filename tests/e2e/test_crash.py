@@ -28,10 +28,12 @@ pytestmark = [pytest.mark.slow]
 def test_kill_9_mid_job_then_a_new_daemon_rescues_it_from_its_checkpoint(
     side_db: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
 ) -> None:
+    # the dead daemon's lock is free: the new one rescues its job within a death
+    # check, long before the heartbeat threshold
     env = make_env(
         side_db,
-        JOBSD_STALE_AFTER="3",
-        JOBSD_SWEEP_INTERVAL="0.5",
+        JOBSD_STALE_AFTER="600",
+        JOBSD_DEATH_CHECK_INTERVAL="0.5",
         JOBSD_PROGRESS_INTERVAL="0.05",
     )
     first = spawn("run", env=env)
@@ -81,7 +83,7 @@ def test_kill_9_mid_job_then_a_new_daemon_rescues_it_from_its_checkpoint(
     assert events == [
         (None, "queued", 0, None),
         ("queued", "running", 1, None),
-        ("running", "queued", 1, "stale heartbeat"),
+        ("running", "queued", 1, "owner died"),
         ("queued", "running", 2, None),
         ("running", "succeeded", 2, None),
     ]

@@ -314,10 +314,21 @@ async def test_cancel_queued_then_again_then_finished_and_running(
                 "lease_id = gen_random_uuid(), worker_id = 'w1' WHERE id = %s",
                 (fresh["id"],),
             )
+        # running: a cancel request for its owner (202), the job still running
         r = await api.client.post(f"/jobs/{fresh['id']}/cancel", headers=bearer(token_a))
-        assert r.status_code == 409
-        assert r.json()["detail"]["code"] == "job_running"
+        assert r.status_code == 202
+        assert r.json()["status"] == "running"
         with psycopg.connect(db_url, autocommit=True) as conn:
+            first = conn.execute(
+                "SELECT cancel_requested_at FROM jobsd.jobs WHERE id = %s", (fresh["id"],)
+            ).fetchone()
+            assert first is not None and first[0] is not None
+            again = await api.client.post(f"/jobs/{fresh['id']}/cancel", headers=bearer(token_a))
+            assert again.status_code == 202
+            second = conn.execute(
+                "SELECT cancel_requested_at FROM jobsd.jobs WHERE id = %s", (fresh["id"],)
+            ).fetchone()
+            assert second == first, "a repeated request keeps the first one's time"
             conn.execute(
                 "UPDATE jobsd.jobs SET status = 'succeeded', finished_at = now() WHERE id = %s",
                 (fresh["id"],),

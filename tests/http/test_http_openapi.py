@@ -64,6 +64,7 @@ def test_every_documented_answer_is_declared() -> None:
     assert declared[("GET", "/jobs/{job_id}")] == {"200", "401", "404", "422", "503"}
     assert declared[("POST", "/jobs/{job_id}/cancel")] == {
         "200",
+        "202",
         "401",
         "404",
         "409",

@@ -74,6 +74,10 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "job_events:INSERT",
         "queues:SELECT",
         "schema_migrations:SELECT",
+        "workers:SELECT",
+        "workers:INSERT",
+        "workers:UPDATE",
+        "workers:DELETE",
     }
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else
@@ -83,7 +87,9 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
             "  AND NOT a.attisdropped AND has_column_privilege(%s, a.attrelid, a.attnum, 'UPDATE')",
             (names.enqueue,),
         ).fetchone()
-        assert updatable == (["dedup_key", "finished_at", "reason", "status"],)
+        assert updatable == (
+            ["cancel_requested_at", "dedup_key", "finished_at", "reason", "status"],
+        )
         # the owner owns the schema and everything in it
         owners = conn.execute(
             "SELECT DISTINCT r.rolname FROM ("

@@ -2,8 +2,9 @@
 
 Shared by the service and end-to-end tests: each test calls it on its database at the
 end. A job's events must form one chain: the first comes from nothing, each next one
-starts where the previous ended, the last ends in the job's current status with its
-current attempt count, and nothing ever leaves a terminal state.
+starts where the previous ended, every step is an edge of the state machine
+(``jobsd.models.TRANSITIONS``, docs/states.md), the last ends in the job's current
+status with its current attempt count, and nothing ever leaves a terminal state.
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ from psycopg.rows import dict_row
 
 __all__ = ["assert_history_complete", "assert_history_complete_async", "history_problems"]
 
+from jobsd.models import INITIAL_STATES, TRANSITIONS, JobStatus
+
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 # one snapshot for both reads, even while daemons still write
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 _JOBS = "SELECT id, status, attempts FROM jobsd.jobs"
-_EVENTS = "SELECT job_id, from_status, to_status, attempt FROM jobsd.job_events ORDER BY job_id, id"
+_EVENTS = (
+    "SELECT job_id, from_status, to_status, attempt, reason FROM jobsd.job_events "
+    "ORDER BY job_id, id"
+)
 
 
 def history_problems(
@@ -41,6 +47,17 @@ def history_problems(
             continue
         if chain[0]["from_status"] is not None:
             problems.append(f"{job_id}: first event comes from {chain[0]['from_status']!r}")
+        elif chain[0]["to_status"] not in INITIAL_STATES:
+            problems.append(f"{job_id}: born {chain[0]['to_status']!r}")
+        for event in chain[1:]:
+            before, after = event["from_status"], event["to_status"]
+            if before == after:
+                # a note, not a transition: a discarded result (fencing evidence)
+                if not str(event.get("reason") or "").startswith("result discarded"):
+                    problems.append(f"{job_id}: {before!r} -> itself without a discard note")
+                continue
+            if before in TRANSITIONS and JobStatus(after) not in TRANSITIONS[JobStatus(before)]:
+                problems.append(f"{job_id}: illegal transition {before!r} -> {after!r}")
         for before, after in itertools.pairwise(chain):
             if after["from_status"] != before["to_status"]:
                 problems.append(
@@ -51,7 +68,7 @@ def history_problems(
                 problems.append(f"{job_id}: left terminal state {before['to_status']!r}")
             if after["attempt"] < before["attempt"]:
                 problems.append(f"{job_id}: attempt went down to {after['attempt']}")
-            claimed = after["to_status"] == "running"
+            claimed = after["to_status"] == "running" != after["from_status"]
             if claimed and after["attempt"] != before["attempt"] + 1:
                 problems.append(f"{job_id}: claim did not count an attempt ({after['attempt']})")
         last = chain[-1]

@@ -29,6 +29,15 @@ def test_a_complete_chain_passes() -> None:
     assert history_problems([{"id": "a", "status": "succeeded", "attempts": 2}], GOOD) == []
 
 
+def test_a_discard_note_is_not_a_transition() -> None:
+    note = {**ev("a", "running", "running", 2), "reason": "result discarded: lease lost"}
+    events = [*GOOD[:4], note, GOOD[4]]
+    assert history_problems([{"id": "a", "status": "succeeded", "attempts": 2}], events) == []
+    silent = [*GOOD[:4], ev("a", "running", "running", 2), GOOD[4]]
+    problems = history_problems([{"id": "a", "status": "succeeded", "attempts": 2}], silent)
+    assert any("without a discard note" in p for p in problems), problems
+
+
 @pytest.mark.parametrize(
     ("job", "events", "expected"),
     [
@@ -47,8 +56,18 @@ def test_a_complete_chain_passes() -> None:
             [ev("a", None, "queued", 0), ev("a", "queued", "running", 3)],
             "claim did not count",
         ),
+        (
+            {"id": "a", "status": "succeeded", "attempts": 0},
+            [ev("a", None, "queued", 0), ev("a", "queued", "succeeded", 0)],
+            "illegal transition",
+        ),
+        (
+            {"id": "a", "status": "running", "attempts": 1},
+            [ev("a", None, "running", 1)],
+            "born",
+        ),
     ],
-    ids=["gap", "no-start", "wrong-end", "attempts", "none", "terminal", "claim"],
+    ids=["gap", "no-start", "wrong-end", "attempts", "none", "terminal", "claim", "edge", "born"],
 )
 def test_a_broken_chain_is_reported(
     job: dict[str, Any], events: list[dict[str, Any]], expected: str

@@ -1,0 +1,33 @@
+-- Named queries on jobsd.workers: registration, liveness, death by lock.
+
+-- name: workers_lock
+-- Taken on the worker's dedicated connection before its row exists, held for the
+-- life of that session: whoever can take it knows the worker is gone.
+SELECT pg_try_advisory_lock(jobsd.worker_lock_key(%(worker_id)s)) AS locked;
+
+-- name: workers_register
+INSERT INTO jobsd.workers (worker_id, hostname, pid)
+VALUES (%(worker_id)s, %(hostname)s, %(pid)s)
+ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now()
+RETURNING *;
+
+-- name: workers_touch
+-- A proof of life of the connection, not of the worker: the lock is the proof.
+UPDATE jobsd.workers SET last_seen_at = now() WHERE worker_id = %(worker_id)s
+RETURNING worker_id;
+
+-- name: workers_deregister
+DELETE FROM jobsd.workers WHERE worker_id = %(worker_id)s;
+
+-- name: workers_take_dead
+-- Inside a transaction: the registered workers, other than the caller, whose lock
+-- the caller could take. The locks are transaction-scoped: the commit releases them.
+-- CASE keeps the caller from ever trying its own lock. Two sweepers cannot both
+-- take one worker: the second one's try fails while the first holds it.
+SELECT worker_id FROM jobsd.workers
+WHERE CASE WHEN worker_id = %(worker_id)s THEN false
+           ELSE pg_try_advisory_xact_lock(jobsd.worker_lock_key(worker_id)) END
+ORDER BY worker_id;
+
+-- name: workers_delete_many
+DELETE FROM jobsd.workers WHERE worker_id = ANY(%(worker_ids)s::text[]);

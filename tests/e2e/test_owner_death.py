@@ -1,0 +1,82 @@
+"""Owner death proven by a lock: a daemon killed with -9 has its jobs rescued within
+seconds (not after the heartbeat threshold), each as its type's delivery says."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from service.history import assert_history_complete
+
+from jobsd.client import SyncClient
+
+from .conftest import Proc, make_env, poll, scalar, wait_status
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.mark.timeout(60)
+def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
+    side_db: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
+) -> None:
+    # the heartbeat threshold is 10 minutes: only the lock can explain a fast rescue
+    env = make_env(side_db, JOBSD_STALE_AFTER="600", JOBSD_DEATH_CHECK_INTERVAL="0.5")
+    first = spawn("run", env=env)
+    first.wait_ready()
+    first_id = scalar(conn, "SELECT worker_id FROM jobsd.workers")
+    assert first_id.split(":")[1] == str(first.pid)
+    with SyncClient(side_db) as client:
+        again = client.enqueue("slow_first_run", {}, org_id="acme")
+        once = client.enqueue("publish_once", {}, org_id="acme")
+    poll(
+        lambda: scalar(conn, "SELECT count(*) FROM e2e_runs") == 2,
+        what="both jobs to be running in the first daemon",
+    )
+
+    second = spawn("run", env=env)
+    second.wait_ready()
+    assert scalar(conn, "SELECT count(*) FROM jobsd.workers") == 2
+    first.send(signal.SIGKILL)
+    killed_at = time.monotonic()
+    assert first.wait(10) == -signal.SIGKILL
+
+    wait_status(conn, again.id, "succeeded", timeout_s=15)
+    wait_status(conn, once.id, "failed", timeout_s=15)
+    assert time.monotonic() - killed_at < 15, "rescued by the lock, not by the heartbeat"
+    # the dead worker is forgotten; the living one is still registered
+    workers = [r[0] for r in conn.execute("SELECT worker_id FROM jobsd.workers")]
+    assert workers and first_id not in workers
+
+    def history(job_id: object) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
+            "WHERE job_id = %s ORDER BY id",
+            (job_id,),
+        ).fetchall()
+
+    assert history(again.id) == [
+        (None, "queued", 0, None),
+        ("queued", "running", 1, None),
+        ("running", "queued", 1, "owner died"),
+        ("queued", "running", 2, None),
+        ("running", "succeeded", 2, None),
+    ]
+    assert history(once.id) == [
+        (None, "queued", 0, None),
+        ("queued", "running", 1, None),
+        ("running", "failed", 1, "worker lost"),
+    ]
+    row = conn.execute("SELECT error FROM jobsd.jobs WHERE id = %s", (once.id,)).fetchone()
+    assert row == ("worker lost",)
+    # the at_most_once job ran once, though its type allows 3 attempts
+    assert scalar(conn, "SELECT count(*) FROM e2e_runs WHERE job_id = %s", (once.id,)) == 1
+
+    second.send(signal.SIGTERM)
+    assert second.wait(20) == 0
+    # a clean stop deregisters
+    assert scalar(conn, "SELECT count(*) FROM jobsd.workers") == 0
+    assert_history_complete(conn)
