@@ -127,3 +127,26 @@ async def test_a_stale_at_most_once_job_fails_as_worker_lost_whatever_its_attemp
     assert (await events_of(db, once))[-1] == ("running", "failed", 1, "worker lost")
     assert (await events_of(db, again))[-1] == ("running", "failed", 3, "max attempts exceeded")
     await assert_history_complete_async(db)
+
+
+async def test_a_lost_lifeline_connection_is_reopened_and_the_worker_registers_again(
+    db_url: str, db: ADb, registry: Registry
+) -> None:
+    settings = make_settings(db_url, death_check_interval=0.1)
+    async with running_daemon(settings, registry) as daemon:
+        assert daemon.lifeline.registrations == 1
+        await db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'jobsd-lifeline' AND datname = current_database()"
+        )
+
+        async def registered_again() -> bool:
+            return daemon.lifeline.registrations == 2 and daemon.lifeline.registered
+
+        await wait_until(registered_again, what="the lifeline to register again")
+        assert await worker_ids(db) == [settings.worker_id]
+        cur = await db.execute(
+            "SELECT pg_try_advisory_lock(jobsd.worker_lock_key(%s)) AS free",
+            (settings.worker_id,),
+        )
+        assert await cur.fetchone() == {"free": False}, "the lock is held again"
