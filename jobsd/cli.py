@@ -6,90 +6,24 @@ traceback.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import Any
 
 import click
-import pydantic
 
-from jobsd.errors import BackendUnavailable, ConfigError, JobsdError
+from jobsd.cli_errors import fail, friendly_errors, quiet_libraries
+from jobsd.errors import BackendUnavailable, ConfigError
 from jobsd.models import Job, JobEvent
 from jobsd.settings import Settings
 
 __all__ = ["main"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-EXIT_ERROR = 1
 EXIT_JOB_FAILED = 3
-
-
-def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    # one line, even for libpq's multi-line messages
-    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    click.echo(f"jobsd: error: {line}", err=True)
-    sys.exit(code)
-
-
-class _LastConnectError(logging.Handler):
-    """Remember the pool's last connection error: a pool timeout alone does not say why."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.message: str | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        first = record.getMessage().splitlines()[0]
-        if first.startswith("error connecting in "):  # "error connecting in 'client': ..."
-            self.message = first.split(": ", 1)[-1]
-
-
-_last_connect_error = _LastConnectError()
-
-
-def _quiet_libraries() -> None:
-    """Keep library warnings (pool reconnects) off stderr: a command's error is one line.
-
-    Commands that log (``run``, ``dev``) replace the root handlers with their own.
-    """
-    root = logging.getLogger()
-    if not root.handlers:
-        root.addHandler(logging.NullHandler())
-    pool_log = logging.getLogger("psycopg.pool")
-    if _last_connect_error not in pool_log.handlers:
-        pool_log.addHandler(_last_connect_error)
-
-
-def _error_line(exc: JobsdError) -> str:
-    message = str(exc)
-    cause = _last_connect_error.message
-    if isinstance(exc, BackendUnavailable) and cause and cause not in message:
-        message = f"{message}: {cause}"
-    return message
-
-
-def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Turn jobsd and settings errors into one line on stderr and exit status 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except JobsdError as exc:
-            _fail(_error_line(exc))
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "settings"
-            _fail(f"invalid setting JOBSD_{where.upper()}: {first['msg']}")
-
-    return wrapper
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -107,7 +41,7 @@ def _require_url(settings: Settings) -> str:
 @click.version_option(package_name="jobsd")
 def main() -> None:
     """jobsd: a Postgres-backed job queue."""
-    _quiet_libraries()
+    quiet_libraries()
 
 
 @main.command()
@@ -145,9 +79,8 @@ def run(slots: int | None) -> None:
 
 def _check_schema(url: str) -> None:
     """Refuse to start on a database whose schema is behind; tolerate one that is down."""
-    import logging
 
-    from jobsd.errors import BackendUnavailable, MigrationError
+    from jobsd.errors import MigrationError
     from jobsd.store.migrate import migration_status_sync
 
     try:
@@ -205,7 +138,7 @@ def enqueue(
     try:
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
-        _fail(f"--payload is not valid JSON: {exc}")
+        fail(f"--payload is not valid JSON: {exc}")
     if run_after is not None and run_after.tzinfo is None:
         run_after = run_after.replace(tzinfo=UTC)
     settings = load_settings()
@@ -225,7 +158,7 @@ def enqueue(
             final = _follow(client, job)
             if final.status != "succeeded":
                 detail = f": {final.error}" if final.error else ""
-                _fail(f"job {final.id} {final.status}{detail}", EXIT_JOB_FAILED)
+                fail(f"job {final.id} {final.status}{detail}", EXIT_JOB_FAILED)
 
 
 def _follow(client: Any, job: Job) -> Job:
@@ -273,7 +206,7 @@ def status(job_id: str, as_json: bool) -> None:
     try:
         uuid.UUID(job_id)
     except ValueError:
-        _fail(f"{job_id!r} is not a job id (a UUID)")
+        fail(f"{job_id!r} is not a job id (a UUID)")
     settings = load_settings()
     _require_url(settings)
     with SyncClient(settings=settings) as client:
@@ -303,7 +236,7 @@ def cancel(job_id: str) -> None:
     try:
         parsed = uuid.UUID(job_id)
     except ValueError:
-        _fail(f"{job_id!r} is not a job id (a UUID)")
+        fail(f"{job_id!r} is not a job id (a UUID)")
     url = _require_url(load_settings())
 
     async def apply() -> queries.CancelOutcome:
@@ -315,7 +248,7 @@ def cancel(job_id: str) -> None:
 
     done = anyio.run(apply)
     if done.job is None:
-        _fail(f"job {parsed} not found")
+        fail(f"job {parsed} not found")
     match done.action:
         case "cancelled":
             click.echo(f"job {parsed} cancelled")
@@ -329,7 +262,7 @@ def cancel(job_id: str) -> None:
             elif done.job.status == "running":
                 click.echo(f"job {parsed} is running: cancel already requested")
             else:
-                _fail(f"job {parsed} is {done.job.status}: nothing to cancel")
+                fail(f"job {parsed} is {done.job.status}: nothing to cancel")
 
 
 @main.command()
@@ -349,11 +282,11 @@ def resolve(job_id: str, outcome: str | None) -> None:
     from jobsd.store.db import db_errors
 
     if outcome is None:
-        _fail("say how: --succeeded, --failed or --requeue")
+        fail("say how: --succeeded, --failed or --requeue")
     try:
         parsed = uuid.UUID(job_id)
     except ValueError:
-        _fail(f"{job_id!r} is not a job id (a UUID)")
+        fail(f"{job_id!r} is not a job id (a UUID)")
     url = _require_url(load_settings())
 
     async def apply() -> tuple[Job | None, Job | None]:
@@ -371,9 +304,9 @@ def resolve(job_id: str, outcome: str | None) -> None:
 
     written, job = anyio.run(apply)
     if job is None:
-        _fail(f"job {parsed} not found")
+        fail(f"job {parsed} not found")
     if written is None:
-        _fail(f"job {parsed} is {job.status}, not recovery_required: nothing to resolve")
+        fail(f"job {parsed} is {job.status}, not recovery_required: nothing to resolve")
     click.echo(f"job {parsed} {written.status}")
 
 

@@ -6,43 +6,14 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import sys
-from collections.abc import Callable
-from typing import NoReturn, ParamSpec, TypeVar
 
 import click
-import pydantic
 
-from jobsd.errors import ConfigError, JobsdError
+from jobsd.cli_errors import fail, friendly_errors
+from jobsd.errors import ConfigError
 
 __all__ = ["register"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _fail(message: str) -> NoReturn:
-    # one line, even for libpq's multi-line messages
-    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    click.echo(f"jobsd: error: {line}", err=True)
-    sys.exit(1)
-
-
-def _friendly(func: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except JobsdError as exc:
-            _fail(str(exc))
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "settings"
-            _fail(f"invalid setting JOBSD_{where.upper()}: {first['msg']}")
-
-    return wrapper
 
 
 def _database_url() -> str:
@@ -62,7 +33,7 @@ def _database_url() -> str:
     show_default=True,
     help="host:port to listen on (JOBSD_HTTP_ADDR).",
 )
-@_friendly
+@friendly_errors
 def api(addr: str) -> None:
     """Serve the HTTP API alone (no workers) until SIGTERM or SIGINT."""
     from jobsd.http.server import run_api
@@ -87,7 +58,7 @@ def token() -> None:
 @token.command("create")
 @click.option("--org", "org_id", required=True, help="The org the token acts for.")
 @click.option("--name", default=None, help="A label, e.g. who or what uses the token.")
-@_friendly
+@friendly_errors
 def token_create(org_id: str, name: str | None) -> None:
     """Make a token and print it alone on stdout, once: only its hash is stored."""
     import psycopg
@@ -96,7 +67,7 @@ def token_create(org_id: str, name: str | None) -> None:
     from jobsd.store.db import db_errors
 
     if not org_id.strip():
-        _fail("--org must not be empty")
+        fail("--org must not be empty")
     url = _database_url()
     with db_errors("token creation"), psycopg.connect(url, autocommit=True) as conn:
         secret, info = create_token(conn, org_id, name)
@@ -106,7 +77,7 @@ def token_create(org_id: str, name: str | None) -> None:
 
 @token.command("revoke")
 @click.argument("token_or_id")
-@_friendly
+@friendly_errors
 def token_revoke(token_or_id: str) -> None:
     """Revoke a token, given by its id (see `jobsd token list`) or by the token itself."""
     import psycopg
@@ -118,14 +89,14 @@ def token_revoke(token_or_id: str) -> None:
     with db_errors("token revocation"), psycopg.connect(url, autocommit=True) as conn:
         info = revoke_token(conn, token_or_id.strip())
     if info is None:
-        _fail("no such token")
+        fail("no such token")
     click.echo(f"token {info.id} of org {info.org_id!r} revoked")
 
 
 @token.command("list")
 @click.option("--org", "org_id", default=None, help="Only this org's tokens.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per token.")
-@_friendly
+@friendly_errors
 def token_list(org_id: str | None, as_json: bool) -> None:
     """List tokens (id, org, name, first characters, created, revoked); never the secrets."""
     import psycopg

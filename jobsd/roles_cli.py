@@ -6,43 +6,14 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
-from collections.abc import Callable
-from typing import NoReturn, ParamSpec, TypeVar
 
 import click
-import pydantic
 
-from jobsd.errors import ConfigError, JobsdError
+from jobsd.cli_errors import friendly_errors
+from jobsd.errors import ConfigError
 
 __all__ = ["register"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _fail(message: str) -> NoReturn:
-    # one line, even for libpq's multi-line messages
-    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    click.echo(f"jobsd: error: {line}", err=True)
-    sys.exit(1)
-
-
-def _friendly(func: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except JobsdError as exc:
-            _fail(str(exc))
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "settings"
-            _fail(f"invalid setting JOBSD_{where.upper()}: {first['msg']}")
-
-    return wrapper
 
 
 def _passwords(specs: tuple[str, ...]) -> dict[str, str]:
@@ -90,7 +61,7 @@ def roles() -> None:
     envvar="JOBSD_DATABASE_URL",
     help="Superuser libpq URL of the database (JOBSD_DATABASE_URL).",
 )
-@_friendly
+@friendly_errors
 def roles_create(prefix: str, password_env: tuple[str, ...], database_url: str | None) -> None:
     """Create the roles (idempotent) and grant each exactly what it needs on schema jobsd.
 
