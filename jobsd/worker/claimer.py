@@ -67,7 +67,7 @@ class Claimer:
             if not more:
                 cause = await self.waker.wait(self._sleep_s())
             self.stats.wakeups[cause] += 1
-            promoted = cause in ("poll", "start", "reconnect") or self._promotion_due()
+            promoted = cause in ("poll", "start", "reconnect", "scheduled") or self._promotion_due()
             if promoted:
                 await self.promote()
             more = await self.claim_once()

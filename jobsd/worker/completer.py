@@ -54,8 +54,10 @@ class Completer:
         on_failed: Callable[[Job], None],
         *,
         worker_id: str = "",
+        on_scheduled: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
+        self.on_scheduled = on_scheduled
         self.worker_id = worker_id
         self.holdings = holdings
         self.stats = stats
@@ -180,6 +182,9 @@ class Completer:
             )
             if job.status == "failed":
                 self.on_failed(job)
+            elif job.status == "scheduled" and self.on_scheduled is not None:
+                # a retry with a back-off: let the claimer learn its due time now
+                self.on_scheduled()
         return discarded
 
 

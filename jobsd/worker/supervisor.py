@@ -87,7 +87,12 @@ class Daemon:
         )
         self.hooks = FailHooks(self.registry)
         self.completer = Completer(
-            self.pool, self.holdings, self.stats, self.hooks.submit, worker_id=settings.worker_id
+            self.pool,
+            self.holdings,
+            self.stats,
+            self.hooks.submit,
+            worker_id=settings.worker_id,
+            on_scheduled=lambda: self.waker.wake("scheduled"),
         )
         self.heartbeat = Heartbeat(self.pool, self.holdings, settings)
         self.sweeper = Sweeper(self.pool, settings, self.registry, self.stats, self.hooks.submit)

@@ -125,3 +125,30 @@ async def test_a_timeout_is_retried_when_the_policy_names_timeout_error(
         await wait_status(db, job.id, "succeeded", "failed")
     assert (await events_of(db, job.id))[2] == ("running", "scheduled", 1, "retry")
     assert (await fetch_job(db, job.id))["status"] == "succeeded"
+
+
+async def test_a_retry_runs_when_due_without_waiting_for_the_next_poll(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    @jobsd.handler(
+        "flaky", retry=jobsd.RetryPolicy(2, backoff=0.3, retry_on=(OSError,)), registry=registry
+    )
+    async def flaky(ctx: jobsd.JobContext) -> dict[str, int]:
+        if ctx.attempt == 1:
+            await anyio.sleep(0.2)  # work: the claimer is asleep by the time this fails
+            raise ConnectionResetError("once")
+        return {"attempt": ctx.attempt}
+
+    # a 30 s poll: only the completer's local wake-up can bring the retry back in time
+    async with running_daemon(make_settings(db_url, poll_interval=30), registry):
+        job = await client.enqueue("flaky", {}, org_id="acme")
+        done = await wait_status(db, job.id, "succeeded", "failed", timeout_s=5.0)
+
+    assert done["status"] == "succeeded"
+    cur = await db.execute(
+        "SELECT to_status, at FROM jobsd.job_events WHERE job_id = %s ORDER BY id", (job.id,)
+    )
+    at = {r["to_status"]: r["at"] for r in await cur.fetchall()}
+    waited = (at["queued"] - at["scheduled"]).total_seconds()
+    assert 0.3 <= waited < 2.0, f"promoted {waited:.2f} s after the retry was scheduled"
+    await assert_history_complete_async(db)
