@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -12,6 +11,8 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import psycopg
+from daemonkit import running_daemon as running_daemon
+from daemonkit import wait_until as wait_until
 from fastapi import FastAPI
 
 from jobsd.http.app import create_app
@@ -20,9 +21,7 @@ from jobsd.http.protocols import DaemonView
 from jobsd.http.server import serve
 from jobsd.http.settings import HttpSettings
 from jobsd.http.tokens import create_token
-from jobsd.registry import Registry
 from jobsd.settings import Settings
-from jobsd.worker.supervisor import Daemon
 
 T = TypeVar("T")
 
@@ -116,34 +115,6 @@ async def served_api(
             yield f"http://{host}:{port}", app.state.jobsd
         finally:
             tg.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def running_daemon(settings: Settings, registry: Registry) -> AsyncIterator[Daemon]:
-    """Run a daemon in this loop; stop it gracefully on exit."""
-    async with anyio.create_task_group() as tg:
-        daemon = Daemon(settings, registry)
-        tg.start_soon(partial(daemon.run, handle_signals=False), name="daemon")
-        try:
-            with anyio.fail_after(15):
-                await daemon.ready.wait()
-            yield daemon
-        finally:
-            daemon.stop()
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[T | None]], *, what: str, timeout_s: float = 10.0
-) -> T:
-    """Poll ``check`` every 20 ms until it returns a truthy value; fail after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await anyio.sleep(0.02)
 
 
 def db_scalar(db_url: str, query: str, *params: Any) -> Any:

@@ -6,14 +6,13 @@ teardown (what they own passes back to the superuser first).
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import anyio
 import pytest
+from daemonkit import wait_until as wait_until
 from psycopg.conninfo import make_conninfo
 
 from jobsd.roles import RoleNames, create_roles, drop_roles
@@ -71,17 +70,3 @@ def roles(db_url: str) -> Iterator[Roles]:
 def anyio_backend() -> str:
     """Run the async tests on asyncio, the loop the daemon runs on in production."""
     return "asyncio"
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[T | None]], *, what: str, timeout_s: float = 10.0
-) -> T:
-    """Poll ``check`` (every 20 ms) until it returns a truthy value; fail after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await anyio.sleep(0.02)
