@@ -17,7 +17,6 @@ It needs a superuser. SQL text lives in ``sql/roles/roles.sql``.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from psycopg.rows import dict_row
 
 from jobsd.errors import ConfigError
 from jobsd.store.db import db_errors
-from jobsd.store.sqlfiles import sql_dir
+from jobsd.store.sqlfiles import load_named
 
 __all__ = [
     "ROLE_KINDS",
@@ -42,7 +41,6 @@ __all__ = [
 
 ROLE_KINDS = ("owner", "enqueue", "worker", "read")
 _PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
-_NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # attributes a jobsd role must not have (pg_roles column -> what to call it)
 _FORBIDDEN = {
     "rolsuper": "SUPERUSER",
@@ -91,25 +89,9 @@ class RolesReport:
     """objects whose ownership moved to the owner role, e.g. ``TABLE jobsd.jobs``"""
 
 
-@functools.cache
-def _blocks() -> dict[str, str]:
-    """Read the ``-- name:`` blocks of ``sql/roles/*.sql``, without comment lines."""
-    blocks: dict[str, str] = {}
-    for path in sorted((sql_dir() / "roles").glob("*.sql")):
-        text = path.read_text(encoding="utf-8")
-        marks = list(_NAME_LINE.finditer(text))
-        for mark, following in zip(marks, [*marks[1:], None], strict=True):
-            end = following.start() if following else len(text)
-            lines = text[mark.end() : end].strip().splitlines()
-            blocks[mark.group(1)] = "\n".join(
-                line for line in lines if not line.lstrip().startswith("--")
-            ).strip()
-    return blocks
-
-
 def _text(name: str) -> LiteralString:
     # The text comes from our own shipped files, never from input.
-    return _blocks()[name]
+    return load_named("roles")[name]
 
 
 def _block(name: str, **names: sql.Composable) -> sql.Composed:

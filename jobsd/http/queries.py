@@ -13,15 +13,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from jobsd.models import Job, JobStatus
 from jobsd.store.db import db_errors
-from jobsd.store.queries import run_named
-from jobsd.store.sqlfiles import load_queries
+from jobsd.store.queries import run_named, sql_text
 
 __all__ = [
     "CancelResult",
@@ -42,11 +41,6 @@ API_ACTOR = "api"
 
 
 _PIPELINE = psycopg.AsyncPipeline.is_supported()
-
-
-def _sql(name: str) -> LiteralString:
-    # The text comes from our own shipped files, never from input.
-    return load_queries()[name]
 
 
 async def run_for_org(
@@ -72,10 +66,10 @@ async def run_for_org(
         # same effect, three more round trips.
         scope = conn.pipeline() if _PIPELINE else conn.transaction()
         async with scope:
-            await conn.execute(_sql("api_set_org"), {"org_id": org_id})
+            await conn.execute(sql_text("api_set_org"), {"org_id": org_id})
             for setup, setup_params in before:
-                await conn.execute(_sql(setup), setup_params)
-            await cur.execute(_sql(name), params)
+                await conn.execute(sql_text(setup), setup_params)
+            await cur.execute(sql_text(name), params)
         return await cur.fetchall() if cur.description else []
 
 

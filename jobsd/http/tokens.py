@@ -31,7 +31,6 @@ __all__ = [
     "lookup_token",
     "new_token",
     "revoke_token",
-    "token_org",
 ]
 
 TOKEN_PREFIX = "jobsd_"
@@ -83,12 +82,6 @@ async def lookup_token(
     with db_errors("token lookup"):
         rows = await run_named(conn, "api_tokens_lookup", {"token_hash": token_hash})
     return (rows[0]["id"], str(rows[0]["org_id"])) if rows else None
-
-
-async def token_org(conn: psycopg.AsyncConnection[Any], token_hash: bytes) -> str | None:
-    """Return the org of a valid (not revoked) token, or None."""
-    found = await lookup_token(conn, token_hash)
-    return found[1] if found else None
 
 
 def create_token(

@@ -43,6 +43,7 @@ __all__ = [
     "run_named",
     "run_named_sync",
     "set_notify",
+    "sql_text",
     "sweep_dead_workers",
     "sweep_stale",
 ]
@@ -50,7 +51,7 @@ __all__ = [
 Row = dict[str, Any]
 
 
-def _sql(name: str) -> LiteralString:
+def sql_text(name: str) -> LiteralString:
     # The text comes from our own shipped files, never from input.
     return load_queries()[name]
 
@@ -60,14 +61,14 @@ async def run_named(
 ) -> list[Row]:
     """Execute a named query on an async connection and return its rows as dicts."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_sql(name), params)
+        await cur.execute(sql_text(name), params)
         return await cur.fetchall() if cur.description else []
 
 
 def run_named_sync(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[Row]:
     """Execute a named query on a sync connection and return its rows as dicts."""
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_sql(name), params)
+        cur.execute(sql_text(name), params)
         return cur.fetchall() if cur.description else []
 
 
@@ -312,7 +313,7 @@ async def set_notify(conn: psycopg.AsyncConnection[Any], enabled: bool) -> None:
     """Enable or disable the NOTIFY triggers (poll-only mode when disabled)."""
     name = "admin_notify_enable" if enabled else "admin_notify_disable"
     with db_errors("switching notifications"):
-        await conn.execute(_sql(name))
+        await conn.execute(sql_text(name))
 
 
 async def notify_enabled(conn: psycopg.AsyncConnection[Any]) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jobsd.errors import ConfigError
 
-__all__ = ["Migration", "load_migrations", "load_queries", "sql_dir"]
+__all__ = ["Migration", "load_migrations", "load_named", "load_queries", "sql_dir"]
 
 _NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -38,20 +38,25 @@ def sql_dir() -> Path:
 
 
 @functools.cache
-def load_queries() -> dict[str, str]:
-    """Read every ``-- name:`` block of ``sql/queries/*.sql``."""
-    queries: dict[str, str] = {}
-    for path in sorted((sql_dir() / "queries").glob("*.sql")):
+def load_named(folder: str) -> dict[str, str]:
+    """Read every ``-- name:`` block of ``sql/<folder>/*.sql``, without comment lines."""
+    blocks: dict[str, str] = {}
+    for path in sorted((sql_dir() / folder).glob("*.sql")):
         text = path.read_text(encoding="utf-8")
         marks = list(_NAME_LINE.finditer(text))
         for mark, following in zip(marks, [*marks[1:], None], strict=True):
             end = following.start() if following else len(text)
             body = _strip_comment_lines(text[mark.end() : end])
             name = mark.group(1)
-            if name in queries:
+            if name in blocks:
                 raise ConfigError(f"query {name!r} is defined twice (second time in {path.name})")
-            queries[name] = body
-    return queries
+            blocks[name] = body
+    return blocks
+
+
+def load_queries() -> dict[str, str]:
+    """Read every ``-- name:`` block of ``sql/queries/*.sql``."""
+    return load_named("queries")
 
 
 def load_migrations() -> list[Migration]:

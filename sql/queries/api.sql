@@ -65,26 +65,12 @@ ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: api_jobs_cancel
--- Cancel a job that has not started. Running jobs are left alone (the caller
--- answers 409 until cancel requests to running handlers exist).
+-- Cancel a job that has not started, in one org. The API cancels through
+-- jobs_cancel; the row-level-security tests use this one as a write probe.
 UPDATE jobsd.jobs
 SET status = 'cancelled', reason = 'cancelled by API', finished_at = now(), dedup_key = NULL
 WHERE id = %(id)s AND org_id = %(org_id)s AND status IN ('queued', 'scheduled', 'blocked')
 RETURNING *;
-
--- name: api_jobs_cancel_or_get
--- Cancel a job that has not started, or else return it as it is, in one statement:
--- cancelled_now says which. When nothing was updated, the plain read sees the job
--- as it was before this statement, which is how it is.
-WITH c AS (
-  UPDATE jobsd.jobs
-  SET status = 'cancelled', reason = 'cancelled by API', finished_at = now(), dedup_key = NULL
-  WHERE id = %(id)s AND org_id = %(org_id)s AND status IN ('queued', 'scheduled', 'blocked')
-  RETURNING *)
-SELECT c.*, true AS cancelled_now FROM c
-UNION ALL
-SELECT j.*, false FROM jobsd.jobs AS j
-WHERE j.id = %(id)s AND j.org_id = %(org_id)s AND NOT EXISTS (SELECT FROM c);
 
 -- name: api_jobs_depth
 -- Queue depth by declared queue and state, zeros included, for /metrics: every

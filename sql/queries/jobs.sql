@@ -31,9 +31,6 @@ RETURNING *;
 -- name: jobs_get
 SELECT * FROM jobsd.jobs WHERE id = %(id)s;
 
--- name: jobs_get_many
-SELECT * FROM jobsd.jobs WHERE id = ANY(%(ids)s::uuid[]);
-
 -- name: jobs_get_by_dedup_key
 SELECT * FROM jobsd.jobs WHERE org_id = %(org_id)s AND dedup_key = %(dedup_key)s;
 
