@@ -19,6 +19,8 @@ __all__ = [
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
+    "QueueFull",
+    "UnknownDependency",
     "UnknownJobKind",
     "UnknownQueue",
 ]
@@ -89,3 +91,21 @@ class AlreadyClaimed(DatabaseError):
 
 class LeaseLost(JobsdError):
     """This worker no longer owns the job: it was swept, cancelled or claimed elsewhere."""
+
+
+class QueueFull(JobsdError):
+    """The queue holds ``capacity`` open jobs already: the enqueue was refused, nothing inserted."""
+
+    def __init__(self, queue: str, capacity: int | None = None) -> None:
+        limit = f" (capacity {capacity})" if capacity is not None else ""
+        super().__init__(f"queue {queue!r} is full{limit}: retry later or raise its capacity")
+        self.queue = queue
+        self.capacity = capacity
+
+
+class UnknownDependency(JobsdError, LookupError):
+    """A job named in ``depends_on`` does not exist (or belongs to another org)."""
+
+    def __init__(self, job_ids: list[str]) -> None:
+        super().__init__(f"unknown dependency: no job {', '.join(job_ids)}")
+        self.job_ids = job_ids

@@ -86,6 +86,10 @@ GRANT SELECT, INSERT ON jobsd.jobs TO {enqueue};
 GRANT UPDATE (status, reason, finished_at, dedup_key, cancel_requested_at)
   ON jobsd.jobs TO {enqueue};
 GRANT SELECT, INSERT ON jobsd.job_events TO {enqueue};
+-- depends_on: mark each dependency (the row lock orders the enqueue with the
+-- dependency's own end) and record the edges
+GRANT UPDATE (has_dependents) ON jobsd.jobs TO {enqueue};
+GRANT SELECT, INSERT ON jobsd.job_dependencies TO {enqueue};
 -- worker: claim, heartbeat, finish, sweep (UPDATE ... RETURNING needs SELECT);
 -- the history trigger writes job_events; schema_migrations for the start check.
 -- Advisory locks and LISTEN need no grant.
@@ -94,6 +98,9 @@ GRANT SELECT, UPDATE ON jobsd.jobs TO {worker};
 GRANT INSERT ON jobsd.job_events TO {worker};
 -- each daemon registers itself, and sweepers delete the rows of dead workers
 GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
+-- a claim locks the running count of each concurrency key it may start (FOR UPDATE
+-- needs UPDATE); the counts themselves are kept by SECURITY DEFINER triggers
+GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
 
 -- name: roles_grant_api_tokens
 -- The HTTP API, running as the enqueue role, looks bearer tokens up by hash.
@@ -113,6 +120,9 @@ CREATE POLICY {policy} ON jobsd.jobs AS PERMISSIVE FOR ALL TO {worker}
   USING (true) WITH CHECK (true);
 DROP POLICY IF EXISTS {policy} ON jobsd.job_events;
 CREATE POLICY {policy} ON jobsd.job_events AS PERMISSIVE FOR ALL TO {worker}
+  USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS {policy} ON jobsd.concurrency_keys;
+CREATE POLICY {policy} ON jobsd.concurrency_keys AS PERMISSIVE FOR ALL TO {worker}
   USING (true) WITH CHECK (true);
 
 -- name: roles_sees_all_orgs

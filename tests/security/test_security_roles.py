@@ -64,6 +64,8 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "jobs:INSERT",
         "job_events:SELECT",
         "job_events:INSERT",
+        "job_dependencies:SELECT",
+        "job_dependencies:INSERT",
         "queues:SELECT",
         "schema_migrations:SELECT",
         *tokens,
@@ -78,6 +80,8 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "workers:INSERT",
         "workers:UPDATE",
         "workers:DELETE",
+        "concurrency_keys:SELECT",
+        "concurrency_keys:UPDATE",
     }
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else
@@ -88,7 +92,14 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
             (names.enqueue,),
         ).fetchone()
         assert updatable == (
-            ["cancel_requested_at", "dedup_key", "finished_at", "reason", "status"],
+            [
+                "cancel_requested_at",
+                "dedup_key",
+                "finished_at",
+                "has_dependents",
+                "reason",
+                "status",
+            ],
         )
         # the owner owns the schema and everything in it
         owners = conn.execute(
