@@ -116,6 +116,9 @@ def _pgbench_script() -> str:
         "dedup_key": "NULL",
         "payload": "'{\"i\": 1}'",
         "run_after": "NULL",
+        "priority": "0",
+        "concurrency_key": "NULL",
+        "blocked": "false",
     }.items():
         text = text.replace(f"%({name})s", literal)
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]

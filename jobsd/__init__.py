@@ -14,6 +14,7 @@ Handle in the daemon (``JOBSD_HANDLERS=myapp.jobs jobsd run``)::
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,8 @@ from jobsd.errors import (
     MigrationError,
     OutcomeUnknown,
     PayloadTooLarge,
+    QueueFull,
+    UnknownDependency,
     UnknownJobKind,
     UnknownQueue,
 )
@@ -62,10 +65,12 @@ __all__ = [
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
+    "QueueFull",
     "Recovery",
     "Registry",
     "RetryPolicy",
     "SyncClient",
+    "UnknownDependency",
     "UnknownJobKind",
     "UnknownQueue",
     "default_registry",
@@ -88,6 +93,9 @@ async def enqueue(
     dedup_key: str | None = None,
     run_after: datetime | None = None,
     job_id: uuid.UUID | str | None = None,
+    priority: int = 0,
+    concurrency_key: str | None = None,
+    depends_on: Iterable[uuid.UUID | str] = (),
     conn: psycopg.AsyncConnection[Any] | None = None,
 ) -> Job:
     """Enqueue a job with the default client (``JOBSD_DATABASE_URL``); see ``Client.enqueue``.
@@ -105,6 +113,9 @@ async def enqueue(
         dedup_key=dedup_key,
         run_after=run_after,
         job_id=job_id,
+        priority=priority,
+        concurrency_key=concurrency_key,
+        depends_on=depends_on,
         conn=conn,
     )
 
@@ -118,6 +129,9 @@ def enqueue_sync(
     dedup_key: str | None = None,
     run_after: datetime | None = None,
     job_id: uuid.UUID | str | None = None,
+    priority: int = 0,
+    concurrency_key: str | None = None,
+    depends_on: Iterable[uuid.UUID | str] = (),
     conn: psycopg.Connection[Any] | None = None,
 ) -> Job:
     """Enqueue a job from synchronous code; see ``SyncClient.enqueue``."""
@@ -132,5 +146,8 @@ def enqueue_sync(
         dedup_key=dedup_key,
         run_after=run_after,
         job_id=job_id,
+        priority=priority,
+        concurrency_key=concurrency_key,
+        depends_on=depends_on,
         conn=conn,
     )

@@ -27,6 +27,7 @@ from jobsd.errors import (
     DuplicateJob,
     JobNotFound,
     OutcomeUnknown,
+    UnknownDependency,
     UnknownQueue,
 )
 from jobsd.ids import uuid7
@@ -36,7 +37,14 @@ from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, SyncPool, db_errors, make_async_pool, make_sync_pool
 
-__all__ = ["Client", "JobSpec", "SyncClient", "enqueue_plan"]
+__all__ = [
+    "Client",
+    "JobSpec",
+    "SyncClient",
+    "enqueue_plan",
+    "run_enqueue",
+    "run_enqueue_sync",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +52,10 @@ log = logging.getLogger(__name__)
 _DEDUP_TRIES = 3
 # Attempts of one enqueue on jobsd's own pool when the connection drops.
 _CONNECTION_TRIES = 3
+# Bounds of a job's priority (lower runs first) and of its dependency list.
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
+MAX_DEPENDENCIES = 1_000
+_FAILED_DEPENDENCY = ("failed", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +71,9 @@ class JobSpec:
     run_after: datetime | None
     # the id was given by the caller, or an earlier attempt may have committed it
     id_may_exist: bool
+    priority: int = 0
+    concurrency_key: str | None = None
+    depends_on: tuple[uuid.UUID, ...] = ()
 
     @classmethod
     def build(
@@ -72,6 +87,9 @@ class JobSpec:
         run_after: datetime | None = None,
         job_id: uuid.UUID | str | None = None,
         max_payload_bytes: int | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        depends_on: Iterable[uuid.UUID | str] = (),
     ) -> JobSpec:
         """Check and serialize the arguments of an enqueue (raises InvalidPayload, ValueError)."""
         if not type:
@@ -80,10 +98,26 @@ class JobSpec:
             raise ValueError("org_id must be a non-empty string")
         if run_after is not None and run_after.tzinfo is None:
             raise ValueError("run_after must be timezone-aware")
+        if (
+            not isinstance(priority, int)
+            or isinstance(priority, bool)
+            or not PRIORITY_MIN <= priority <= PRIORITY_MAX
+        ):
+            raise ValueError(
+                f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, "
+                f"got {priority!r}"
+            )
+        if concurrency_key is not None and (
+            not concurrency_key or len(concurrency_key.encode("utf-8", "surrogatepass")) > 255
+        ):
+            raise ValueError("concurrency_key must be a non-empty string of at most 255 bytes")
         text = encode_object(
             {} if payload is None else payload, what="payload", max_bytes=max_payload_bytes
         )
         given = uuid.UUID(str(job_id)) if job_id is not None else None
+        deps = _dependency_ids(depends_on)
+        if given is not None and given in deps:
+            raise ValueError(f"job {given} cannot depend on itself")
         return cls(
             id=given or uuid7(),
             type=type,
@@ -93,9 +127,12 @@ class JobSpec:
             dedup_key=dedup_key,
             run_after=run_after,
             id_may_exist=given is not None,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            depends_on=deps,
         )
 
-    def insert_params(self) -> dict[str, Any]:
+    def insert_params(self, *, blocked: bool = False) -> dict[str, Any]:
         """Return the parameters of ``jobs_insert``."""
         return {
             "id": self.id,
@@ -105,7 +142,26 @@ class JobSpec:
             "dedup_key": self.dedup_key,
             "payload": self.payload_json,
             "run_after": self.run_after,
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "blocked": blocked,
         }
+
+
+def _dependency_ids(depends_on: Iterable[uuid.UUID | str]) -> tuple[uuid.UUID, ...]:
+    if isinstance(depends_on, (str, uuid.UUID)):
+        depends_on = [depends_on]
+    ids: list[uuid.UUID] = []
+    for value in depends_on:
+        try:
+            key = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+        except ValueError:
+            raise ValueError(f"depends_on: {value!r} is not a job id") from None
+        if key not in ids:
+            ids.append(key)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ValueError(f"depends_on: at most {MAX_DEPENDENCIES} jobs, got {len(ids)}")
+    return tuple(ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,12 +183,50 @@ def enqueue_plan(spec: JobSpec) -> Plan:
     security a job of another org is invisible: when the id conflicted but no job
     with that id can be read, three times over, the id is taken by a job we may not
     see, and that is DuplicateJob, as when we can see it belongs to another org.
+
+    With ``depends_on`` the plan writes more than once (mark the dependencies, insert
+    the job ``blocked`` unless every dependency succeeded already, record the edges,
+    fail the job at once if a dependency failed or was cancelled): drive it inside one
+    transaction (``run_enqueue`` does).
     """
+    blocked = False
+    failed_dependency: dict[str, Any] | None = None
+    if spec.depends_on:
+        # Marking each dependency locks it: a dependency ending at this moment
+        # commits first (and we read its end) or waits for our commit (and its
+        # trigger finds our edges). Jobs of other orgs are not found.
+        deps = list(spec.depends_on)
+        rows = yield Statement("jobs_mark_dependencies", {"ids": deps, "org_id": spec.org_id})
+        statuses = {r["id"]: r["status"] for r in rows}
+        missing = [str(d) for d in deps if d not in statuses]
+        if missing:
+            raise UnknownDependency(missing)
+        blocked = any(statuses[d] != "succeeded" for d in deps)
+        failed_dependency = next(
+            ({"id": d, "status": statuses[d]} for d in deps if statuses[d] in _FAILED_DEPENDENCY),
+            None,
+        )
     id_unseen = False
     for _ in range(_DEDUP_TRIES):
-        rows = yield Statement("jobs_insert", spec.insert_params())
+        rows = yield Statement("jobs_insert", spec.insert_params(blocked=blocked))
         if rows:
-            return Job.from_row(rows[0])
+            job = Job.from_row(rows[0])
+            if spec.depends_on:
+                yield Statement(
+                    "job_dependencies_insert",
+                    {"job_id": job.id, "org_id": spec.org_id, "depends_on": deps},
+                )
+            if failed_dependency is not None:
+                rows = yield Statement(
+                    "jobs_fail_blocked",
+                    {
+                        "id": job.id,
+                        "reason": f"dependency {failed_dependency['id']} "
+                        f"{failed_dependency['status']}",
+                    },
+                )
+                job = Job.from_row(rows[0])
+            return job
         # Without a dedup key only the id can have conflicted (a re-sent spec).
         id_unseen = False
         if spec.id_may_exist or spec.dedup_key is None:
@@ -186,6 +280,27 @@ def run_plan_sync(conn: psycopg.Connection[Any], plan: Plan, operation: str) -> 
                 return done.value  # type: ignore[no-any-return]
 
 
+async def run_enqueue(conn: psycopg.AsyncConnection[Any], spec: JobSpec, operation: str) -> Job:
+    """Drive the enqueue plan of ``spec``: in one transaction when it writes more than once.
+
+    On a connection already in a transaction that is a savepoint; on jobsd's own
+    autocommit connections it is a transaction of its own.
+    """
+    if not spec.depends_on:
+        return await run_plan(conn, enqueue_plan(spec), operation)
+    with db_errors(operation):
+        async with conn.transaction():
+            return await run_plan(conn, enqueue_plan(spec), operation)
+
+
+def run_enqueue_sync(conn: psycopg.Connection[Any], spec: JobSpec, operation: str) -> Job:
+    """Drive the enqueue plan of ``spec`` on a sync connection; see ``run_enqueue``."""
+    if not spec.depends_on:
+        return run_plan_sync(conn, enqueue_plan(spec), operation)
+    with db_errors(operation), conn.transaction():
+        return run_plan_sync(conn, enqueue_plan(spec), operation)
+
+
 class Client:
     """Enqueue and read jobs through jobsd's own async pool.
 
@@ -234,13 +349,22 @@ class Client:
         dedup_key: str | None = None,
         run_after: datetime | None = None,
         job_id: uuid.UUID | str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        depends_on: Iterable[uuid.UUID | str] = (),
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> Job:
         """Create a job and return it, or return the existing job on a dedup or id hit.
 
+        ``priority``: lower runs first, FIFO within a priority. ``concurrency_key``:
+        jobs sharing it run at most their limit at once (1 unless the type or the
+        queue says otherwise). ``depends_on``: job ids that must all succeed before
+        this one runs (it is ``blocked`` until then, and fails if one fails).
         With ``conn``, the insert joins the caller's transaction and nothing is
-        committed here. Raises UnknownQueue, InvalidPayload, BackendUnavailable
-        (no job was created) or OutcomeUnknown (retry with the same job id).
+        committed here. Raises UnknownQueue, QueueFull (nothing was inserted),
+        UnknownDependency, InvalidPayload, ValueError (bad arguments),
+        BackendUnavailable (no job was created) or OutcomeUnknown (retry with the
+        same job id).
         """
         spec = JobSpec.build(
             type,
@@ -251,10 +375,13 @@ class Client:
             run_after=run_after,
             job_id=job_id,
             max_payload_bytes=self.settings.max_payload_bytes,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            depends_on=depends_on,
         )
         operation = f"enqueue of {type!r} into queue {queue!r}"
         if conn is not None:
-            return await run_plan(conn, enqueue_plan(spec), operation)
+            return await run_enqueue(conn, spec, operation)
         await self._open()
         sent = False
         for attempt in range(1, _CONNECTION_TRIES + 1):
@@ -263,7 +390,7 @@ class Client:
                 with db_errors(operation):
                     async with self._pool.connection() as own:
                         connected = sent = True
-                        return await run_plan(own, enqueue_plan(spec), operation)
+                        return await run_enqueue(own, spec, operation)
             except BackendUnavailable as exc:
                 # No connection within the pool timeout: the pool already retried, answer now.
                 if attempt == _CONNECTION_TRIES or not connected:
@@ -290,8 +417,14 @@ class Client:
                 missing = set(names) - {r["name"] for r in found}
                 if missing:
                     raise UnknownQueue(sorted(missing)[0])
-                rows = await queries.run_named(conn, "jobs_insert_many", _many_params(specs))
+                # Jobs with dependencies take the one-by-one plan, in order, after the
+                # others: they may depend on jobs of this very batch.
+                plain = [s for s in specs if not s.depends_on]
+                rows = await queries.run_named(conn, "jobs_insert_many", _many_params(plain))
                 inserted = {r["id"]: Job.from_row(r) for r in rows}
+                for spec in specs:
+                    if spec.depends_on:
+                        inserted[spec.id] = await run_plan(conn, enqueue_plan(spec), operation)
                 result = []
                 for spec in specs:
                     job = inserted.get(spec.id)
@@ -330,7 +463,18 @@ def _final_error(spec: JobSpec, exc: BackendUnavailable, sent: bool) -> BackendU
 
 def _many_params(specs: Iterable[JobSpec]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {
-        k: [] for k in ("ids", "org_ids", "types", "queues", "dedup_keys", "payloads", "run_afters")
+        k: []
+        for k in (
+            "ids",
+            "org_ids",
+            "types",
+            "queues",
+            "dedup_keys",
+            "payloads",
+            "run_afters",
+            "priorities",
+            "concurrency_keys",
+        )
     }
     for s in specs:
         cols["ids"].append(s.id)
@@ -340,6 +484,8 @@ def _many_params(specs: Iterable[JobSpec]) -> dict[str, list[Any]]:
         cols["dedup_keys"].append(s.dedup_key)
         cols["payloads"].append(s.payload_json)
         cols["run_afters"].append(s.run_after)
+        cols["priorities"].append(s.priority)
+        cols["concurrency_keys"].append(s.concurrency_key)
     return cols
 
 
@@ -388,6 +534,9 @@ class SyncClient:
         dedup_key: str | None = None,
         run_after: datetime | None = None,
         job_id: uuid.UUID | str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        depends_on: Iterable[uuid.UUID | str] = (),
         conn: psycopg.Connection[Any] | None = None,
     ) -> Job:
         """Create a job; see ``Client.enqueue``."""
@@ -400,10 +549,13 @@ class SyncClient:
             run_after=run_after,
             job_id=job_id,
             max_payload_bytes=self.settings.max_payload_bytes,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            depends_on=depends_on,
         )
         operation = f"enqueue of {type!r} into queue {queue!r}"
         if conn is not None:
-            return run_plan_sync(conn, enqueue_plan(spec), operation)
+            return run_enqueue_sync(conn, spec, operation)
         self._open()
         sent = False
         for attempt in range(1, _CONNECTION_TRIES + 1):
@@ -411,7 +563,7 @@ class SyncClient:
             try:
                 with db_errors(operation), self._pool.connection() as own:
                     connected = sent = True
-                    return run_plan_sync(own, enqueue_plan(spec), operation)
+                    return run_enqueue_sync(own, spec, operation)
             except BackendUnavailable as exc:
                 if attempt == _CONNECTION_TRIES or not connected:
                     raise _final_error(spec, exc, sent) from exc.__cause__

@@ -39,7 +39,9 @@ INITIAL_STATES = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.BLO
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
     JobStatus.SCHEDULED: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
-    JobStatus.BLOCKED: frozenset({JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.BLOCKED: frozenset(
+        {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.FAILED, JobStatus.CANCELLED}
+    ),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.SUCCEEDED,
@@ -83,6 +85,10 @@ class Job:
     finished_at: datetime | None
     cancel_requested_at: datetime | None = None
     """set while a cancel request waits for a running job's owner (migration 0006)"""
+    priority: int = 0
+    """lower runs first; FIFO within a priority (migration 0008)"""
+    concurrency_key: str | None = None
+    """jobs sharing a key run at most the key's limit at once (migration 0008)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -107,6 +113,8 @@ class Job:
             started_at=row["started_at"],
             finished_at=row["finished_at"],
             cancel_requested_at=row.get("cancel_requested_at"),
+            priority=row.get("priority", 0),
+            concurrency_key=row.get("concurrency_key"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -119,6 +127,8 @@ class Job:
             "status": str(self.status),
             "attempts": self.attempts,
             "dedup_key": self.dedup_key,
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
             "payload": self.payload,
             "progress": self.progress,
             "report": self.report,

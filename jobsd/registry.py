@@ -39,6 +39,8 @@ class HandlerSpec:
     delivery: Delivery = "at_least_once"
     retry: RetryPolicy | None = None
     recover: Recover | None = None
+    # running jobs of one concurrency key at most; None: the queue's limit, else 1
+    concurrency_limit: int | None = None
 
 
 class Registry:
@@ -69,6 +71,14 @@ class Registry:
         """Map each type to its max_attempts."""
         return {t: s.max_attempts for t, s in self._specs.items()}
 
+    def concurrency_limits(self) -> dict[str, int]:
+        """Map each type that declares one to its per-key concurrency limit."""
+        return {
+            t: s.concurrency_limit
+            for t, s in self._specs.items()
+            if s.concurrency_limit is not None
+        }
+
     def deliveries(self) -> dict[str, str]:
         """Map each type to what the sweeper does when its owner dies: its delivery, or
         ``recover`` for an at_most_once type with a recover hook."""
@@ -95,6 +105,7 @@ def handler(
     delivery: Delivery = "at_least_once",
     retry: RetryPolicy | None = None,
     recover: Recover | None = None,
+    concurrency_limit: int | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``type``.
@@ -106,6 +117,8 @@ def handler(
     handler's known failures (a ``RetryPolicy``); its ``max_attempts`` is the type's.
     ``recover(job)`` (at_most_once types) decides the fate of a job whose owner died:
     ``jobsd.recovery.succeeded(report)``, ``AMBIGUOUS`` or ``RERUN``.
+    ``concurrency_limit``: how many jobs of this type with the same
+    ``concurrency_key`` may run at once (default: the queue's limit, else 1).
     """
     if recover is not None and delivery != "at_most_once":
         raise ConfigError(f"recover of {type!r} needs delivery='at_most_once'")
@@ -126,6 +139,8 @@ def handler(
         raise ConfigError(f"delivery of {type!r} must be 'at_least_once' or 'at_most_once'")
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"timeout of {type!r} must be positive")
+    if concurrency_limit is not None and concurrency_limit < 1:
+        raise ConfigError(f"concurrency_limit of {type!r} must be at least 1")
 
     def register(func: F) -> F:
         (registry or default_registry).add(
@@ -140,6 +155,7 @@ def handler(
                 delivery=delivery,
                 retry=retry,
                 recover=recover,
+                concurrency_limit=concurrency_limit,
             )
         )
         return func

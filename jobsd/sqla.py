@@ -13,6 +13,7 @@ e.g. an engine URL ``postgresql+psycopg://...``.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ import psycopg
 from sqlalchemy import (
     TIMESTAMP,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -35,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Session
 
-from jobsd.client import JobSpec, enqueue_plan, run_plan_sync
+from jobsd.client import JobSpec, run_enqueue_sync
 from jobsd.errors import ConfigError
 from jobsd.models import Job, JobStatus
 from jobsd.settings import Settings
@@ -54,7 +56,15 @@ queues = Table(
     metadata,
     Column("name", Text, primary_key=True),
     Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    # 0008_flow_control
+    Column("capacity", Integer),
+    Column("concurrency_limit", Integer),
+    Column("retention_days", Integer),
+    Column("paused_at", _TIMESTAMPTZ),
     CheckConstraint(r"name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'", name="queues_name_check"),
+    CheckConstraint("capacity > 0", name="queues_capacity_check"),
+    CheckConstraint("concurrency_limit > 0", name="queues_concurrency_limit_check"),
+    CheckConstraint("retention_days >= 0", name="queues_retention_days_check"),
 )
 
 jobs = Table(
@@ -85,7 +95,15 @@ jobs = Table(
     Column("started_at", _TIMESTAMPTZ),
     Column("finished_at", _TIMESTAMPTZ),
     Column("cancel_requested_at", _TIMESTAMPTZ),
+    # 0008_flow_control
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("concurrency_key", Text),
+    Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
+    CheckConstraint(
+        "concurrency_key <> '' AND octet_length(concurrency_key) <= 255",
+        name="jobs_concurrency_key_check",
+    ),
     CheckConstraint("attempts >= 0", name="jobs_attempts_check"),
     CheckConstraint("octet_length(error) <= 2048", name="jobs_error_check"),
     UniqueConstraint("org_id", "dedup_key", name="jobs_org_dedup_key_key"),
@@ -98,11 +116,20 @@ Index(
     jobs.c.created_at,
     postgresql_where=jobs.c.status.in_(["queued", "running"]),
 )
+# 0008_flow_control: the claim reads each queue in claim order
 Index(
-    "jobs_claim_idx",
+    "jobs_claim_v2_idx",
+    jobs.c.queue,
+    jobs.c.priority,
     jobs.c.created_at,
     jobs.c.id,
     postgresql_where=jobs.c.status == "queued",
+)
+Index(
+    "jobs_open_by_queue_idx",
+    jobs.c.queue,
+    jobs.c.status,
+    postgresql_where=jobs.c.status.not_in(["succeeded", "failed", "cancelled"]),
 )
 Index("jobs_scheduled_idx", jobs.c.run_after, postgresql_where=jobs.c.status == "scheduled")
 # 0002_api_tokens: an org's jobs in creation order, for the API's paginated list
@@ -141,6 +168,9 @@ def enqueue(
     run_after: datetime | None = None,
     job_id: uuid.UUID | str | None = None,
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+    priority: int = 0,
+    concurrency_key: str | None = None,
+    depends_on: Iterable[uuid.UUID | str] = (),
 ) -> Job:
     """Create a job in the Session's transaction; return it, or the existing one on a hit.
 
@@ -157,9 +187,12 @@ def enqueue(
         run_after=run_after,
         job_id=job_id,
         max_payload_bytes=max_payload_bytes,
+        priority=priority,
+        concurrency_key=concurrency_key,
+        depends_on=depends_on,
     )
     raw = _psycopg_connection(session)
-    return run_plan_sync(raw, enqueue_plan(spec), f"enqueue of {type!r} into queue {queue!r}")
+    return run_enqueue_sync(raw, spec, f"enqueue of {type!r} into queue {queue!r}")
 
 
 def _psycopg_connection(session: Session) -> psycopg.Connection[Any]:

@@ -56,6 +56,14 @@ async def submit(pool: AsyncPool, spec: JobSpec) -> Job:
 
 
 async def _run(conn: AsyncConn, spec: JobSpec, operation: str) -> Job:
+    if spec.depends_on:  # several writes: one transaction (see enqueue_plan)
+        with db_errors(operation):
+            async with conn.transaction():
+                return await _drive(conn, spec, operation)
+    return await _drive(conn, spec, operation)
+
+
+async def _drive(conn: AsyncConn, spec: JobSpec, operation: str) -> Job:
     plan = enqueue_plan(spec)
     with db_errors(operation):
         statement = next(plan)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -20,7 +21,13 @@ from tenacity import (
     wait_random,
 )
 
-from jobsd.errors import BackendUnavailable, DatabaseError, InvalidPayload, UnknownQueue
+from jobsd.errors import (
+    BackendUnavailable,
+    DatabaseError,
+    InvalidPayload,
+    QueueFull,
+    UnknownQueue,
+)
 
 __all__ = [
     "AsyncConn",
@@ -102,7 +109,21 @@ def db_errors(operation: str) -> Iterator[None]:
     except psycopg.InterfaceError as exc:
         raise BackendUnavailable(f"{operation} failed: connection unusable ({exc})") from exc
     except psycopg.Error as exc:
+        if exc.sqlstate == QUEUE_FULL_SQLSTATE:
+            raise _queue_full(exc) from exc
         raise DatabaseError(f"{operation} failed: {exc}") from exc
+
+
+# Raised by the admission trigger of migration 0008 when a queue is at capacity.
+QUEUE_FULL_SQLSTATE = "JQ001"
+
+
+def _queue_full(exc: psycopg.Error) -> QueueFull:
+    try:
+        detail = json.loads(exc.diag.message_detail or "{}")
+        return QueueFull(str(detail["queue"]), int(detail["capacity"]))
+    except (ValueError, KeyError, TypeError):
+        return QueueFull("?")
 
 
 @asynccontextmanager

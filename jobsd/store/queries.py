@@ -8,7 +8,7 @@ function opens its own dict-row cursor. Errors are translated here, with
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, LiteralString
@@ -24,6 +24,7 @@ from jobsd.store.sqlfiles import load_queries
 
 __all__ = [
     "CancelOutcome",
+    "ClaimRound",
     "DeadSweep",
     "FinishRow",
     "HeartbeatRow",
@@ -86,6 +87,18 @@ async def get_job_events(conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID) 
     return [JobEvent.from_row(r) for r in rows]
 
 
+class ClaimRound(list[Job]):
+    """The jobs of one claim, in claim order; a list, with what the round saw.
+
+    ``left_for_busy_keys``: the round started fewer jobs than it could because some
+    candidates shared a concurrency key with jobs it started. Claiming again at once
+    finds those keys at their limit and the next jobs behind them.
+    """
+
+    def __init__(self, jobs: list[Job], *, left_for_busy_keys: bool = False) -> None:
+        super().__init__(jobs)
+        self.left_for_busy_keys = left_for_busy_keys
+
 async def claim_batch(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -93,19 +106,30 @@ async def claim_batch(
     worker_id: str,
     queues: Sequence[str] | None,
     keep_dedup_types: Sequence[str],
-) -> list[Job]:
-    """Claim up to ``limit`` queued jobs, oldest first, in one statement."""
+    key_limits: Mapping[str, int] | None = None,
+) -> ClaimRound:
+    """Claim up to ``limit`` queued jobs in claim order, in one statement.
+
+    ``key_limits`` maps job types to their per-key concurrency limit (types not in
+    it use their queue's limit, else 1).
+    """
+    limits = dict(key_limits or {})
     params = {
         "limit": limit,
         "worker_id": worker_id,
         "queues": list(queues) if queues else None,
         "keep_dedup_types": list(keep_dedup_types),
+        "limit_types": list(limits),
+        "limit_values": list(limits.values()),
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_batch", params)
     jobs = [Job.from_row(r) for r in rows]
-    jobs.sort(key=lambda j: (j.created_at, j.id))
-    return jobs
+    jobs.sort(key=lambda j: (j.priority, j.created_at, j.id))
+    considered = int(rows[0]["considered"]) if rows else 0
+    busy = bool(jobs) and len(jobs) < limit and considered > len(jobs)
+    return ClaimRound(jobs, left_for_busy_keys=busy)
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +402,7 @@ async def claim_job(
     worker_id: str,
     *,
     keep_dedup: bool = False,
+    key_limit: int | None = None,
 ) -> Job:
     """Claim one specific queued job under a fresh lease and return it.
 
@@ -386,7 +411,12 @@ async def claim_job(
     too when it is running, else ``JobNotFound`` (missing) or ``DatabaseError``
     naming its status.
     """
-    params = {"id": job_id, "worker_id": worker_id, "keep_dedup": keep_dedup}
+    params = {
+        "id": job_id,
+        "worker_id": worker_id,
+        "keep_dedup": keep_dedup,
+        "key_limit": key_limit,
+    }
     with db_errors(f"claim of job {job_id} by worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_one", params)
         if rows:
@@ -398,6 +428,11 @@ async def claim_job(
     if job.status == "running":
         raise AlreadyClaimed(
             f"job {job_id} is already claimed by worker {job.worker_id!r} (attempt {job.attempts})"
+        )
+    if job.status == "queued":
+        raise DatabaseError(
+            f"claim of job {job_id} refused: its queue {job.queue!r} is paused or its "
+            f"concurrency key {job.concurrency_key!r} is at its limit"
         )
     raise DatabaseError(f"claim of job {job_id} failed: it is {job.status}, not queued")
 

@@ -79,11 +79,15 @@ class Claimer:
             cause = "more"
 
     async def claim_once(self) -> bool:
-        """Claim up to the free slots and start the jobs; return True if every slot was filled."""
+        """Claim up to the free slots and start the jobs; return True to claim again at once.
+
+        Again at once: every slot was filled (more work is likely waiting), or jobs were
+        left behind a concurrency key this round just started (the next round skips it).
+        """
         want = self.holdings.free
         if want <= 0:
             return True
-        jobs: list[Job] = []
+        jobs = queries.ClaimRound([])
         async for attempt in transient_retries("claim"):
             # Shielded: a stop arriving while the claim is in flight must not lose jobs
             # it committed as ours; they are started, then the stop takes effect. The
@@ -96,13 +100,14 @@ class Claimer:
                         worker_id=self.settings.worker_id,
                         queues=self.settings.queues or None,
                         keep_dedup_types=self.registry.keep_dedup_types(),
+                        key_limits=self.registry.concurrency_limits(),
                     )
                 for job in jobs:
                     self.stats.claimed[job.type] += 1
                     self.start_job(job)
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})
-        return len(jobs) == want
+        return len(jobs) == want or jobs.left_for_busy_keys
 
     async def promote(self) -> int:
         """Move due scheduled jobs to queued and remember when the next one is due."""

@@ -5,10 +5,14 @@
 -- One job, only if its queue exists. ON CONFLICT covers both a taken id (a retried
 -- submission) and a taken (org_id, dedup_key): no row comes back and the caller
 -- re-reads the holder.
-INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after)
+-- A job with dependencies still pending starts blocked.
+INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
+                        priority, concurrency_key)
 SELECT %(id)s, %(org_id)s, %(type)s, q.name,
-       CASE WHEN %(run_after)s::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
-       %(dedup_key)s, %(payload)s::jsonb, coalesce(%(run_after)s::timestamptz, now())
+       CASE WHEN %(blocked)s THEN 'blocked'
+            WHEN %(run_after)s::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+       %(dedup_key)s, %(payload)s::jsonb, coalesce(%(run_after)s::timestamptz, now()),
+       %(priority)s, %(concurrency_key)s
 FROM jobsd.queues AS q
 WHERE q.name = %(queue)s
 ON CONFLICT DO NOTHING
@@ -17,15 +21,40 @@ RETURNING *;
 -- name: jobs_insert_many
 -- Many jobs in one statement; queues were checked first. Rows that hit a conflict
 -- are simply absent from the result.
-INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after)
+INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
+                        priority, concurrency_key)
 SELECT b.id, b.org_id, b.type, b.queue,
        CASE WHEN b.run_after > now() THEN 'scheduled' ELSE 'queued' END,
-       b.dedup_key, b.payload, coalesce(b.run_after, now())
+       b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key
 FROM unnest(%(ids)s::uuid[], %(org_ids)s::text[], %(types)s::text[], %(queues)s::text[],
-            %(dedup_keys)s::text[], %(payloads)s::jsonb[], %(run_afters)s::timestamptz[])
-     WITH ORDINALITY AS b(id, org_id, type, queue, dedup_key, payload, run_after, ord)
+            %(dedup_keys)s::text[], %(payloads)s::jsonb[], %(run_afters)s::timestamptz[],
+            %(priorities)s::int[], %(concurrency_keys)s::text[])
+     WITH ORDINALITY AS b(id, org_id, type, queue, dedup_key, payload, run_after, priority,
+                          concurrency_key, ord)
 ORDER BY b.ord
 ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: jobs_mark_dependencies
+-- The dependencies of a job being enqueued, in the enqueuer's org: mark each as
+-- having dependents and return its latest status. The UPDATE locks the rows: a
+-- dependency ending concurrently is either committed (its new status is returned)
+-- or waits for the enqueue's commit (then its trigger sees the new edges).
+UPDATE jobsd.jobs SET has_dependents = true
+WHERE id = ANY(%(ids)s::uuid[]) AND org_id = %(org_id)s
+RETURNING id, status;
+
+-- name: job_dependencies_insert
+INSERT INTO jobsd.job_dependencies (job_id, depends_on, org_id)
+SELECT %(job_id)s, d.id, %(org_id)s FROM unnest(%(depends_on)s::uuid[]) AS d(id)
+ON CONFLICT DO NOTHING;
+
+-- name: jobs_fail_blocked
+-- A job enqueued after one of its dependencies failed or was cancelled fails at once.
+UPDATE jobsd.jobs
+SET status = 'failed', reason = %(reason)s, error = %(reason)s, finished_at = now(),
+    dedup_key = NULL
+WHERE id = %(id)s AND status = 'blocked'
 RETURNING *;
 
 -- name: jobs_get
@@ -38,25 +67,70 @@ SELECT * FROM jobsd.jobs WHERE org_id = %(org_id)s AND dedup_key = %(dedup_key)s
 SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
 
 -- name: jobs_claim_batch
--- Claim up to `limit` of the oldest queued jobs in one statement. SKIP LOCKED lets
--- any number of daemons claim at once without waiting on each other. Every claim
--- gets a fresh lease id; all later writes by the worker are conditioned on it.
--- The dedup key is released at the start of the run unless the type holds it
--- until the end (dedup_scope 'active').
-WITH picked AS (
-  SELECT id FROM jobsd.jobs
-  WHERE status = 'queued'
-    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-  ORDER BY created_at, id
-  LIMIT %(limit)s
-  FOR UPDATE SKIP LOCKED)
+-- Claim up to `limit` queued jobs in claim order (priority, then oldest first) in
+-- one statement. Paused queues are not read at all; each other queue is read from
+-- the head of its claim index, so what other queues hold costs nothing. SKIP
+-- LOCKED lets any number of daemons claim at once without waiting on each other.
+-- Every claim gets a fresh lease id; all later writes by the worker are
+-- conditioned on it. The dedup key is released at the start of the run unless the
+-- type holds it until the end (dedup_scope 'active').
+--
+-- Concurrency keys: a job with a key runs only while fewer than its limit (the
+-- type's, else the queue's, else 1) of its key run. The scan skips keys already at
+-- their limit; the key rows of the candidates are then locked (SKIP LOCKED: a key
+-- another claimer is deciding on waits for the next round) and the count read
+-- there is the latest committed one, so daemons claiming at once never exceed a
+-- limit. The jobs_count_key_runs trigger keeps the counts. `considered` tells the
+-- claimer whether candidates were left for a busy key, so it can claim again.
+WITH active AS (
+  SELECT q.name, q.concurrency_limit
+  FROM jobsd.queues AS q
+  WHERE q.paused_at IS NULL
+    AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))),
+type_limits AS MATERIALIZED (
+  SELECT t.type, t.key_limit
+  FROM unnest(%(limit_types)s::text[], %(limit_values)s::int[]) AS t(type, key_limit)),
+picked AS (
+  SELECT c.* FROM active AS a
+  CROSS JOIN LATERAL (
+    SELECT j.id, j.org_id, j.concurrency_key, j.priority, j.created_at,
+           CASE WHEN j.concurrency_key IS NOT NULL THEN
+             coalesce((SELECT t.key_limit FROM type_limits AS t WHERE t.type = j.type),
+                      a.concurrency_limit, 1) END AS key_limit
+    FROM jobsd.jobs AS j
+    WHERE j.status = 'queued' AND j.queue = a.name
+      AND (j.concurrency_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM jobsd.concurrency_keys AS k
+        WHERE k.org_id = j.org_id AND k.concurrency_key = j.concurrency_key
+          AND k.running >= coalesce((SELECT t.key_limit FROM type_limits AS t
+                                     WHERE t.type = j.type), a.concurrency_limit, 1)))
+    ORDER BY j.priority, j.created_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED) AS c),
+ranked AS (
+  SELECT p.*, row_number() OVER (PARTITION BY p.org_id, p.concurrency_key
+                                 ORDER BY p.priority, p.created_at, p.id) AS nth
+  FROM picked AS p),
+key_counts AS (
+  SELECT k.org_id, k.concurrency_key, k.running
+  FROM jobsd.concurrency_keys AS k
+  WHERE (k.org_id, k.concurrency_key) IN (
+    SELECT p.org_id, p.concurrency_key FROM picked AS p WHERE p.concurrency_key IS NOT NULL)
+  FOR UPDATE OF k SKIP LOCKED),
+chosen AS (
+  SELECT r.id FROM ranked AS r
+  LEFT JOIN key_counts AS k
+    ON k.org_id = r.org_id AND k.concurrency_key = r.concurrency_key
+  WHERE r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit
+  ORDER BY r.priority, r.created_at, r.id
+  LIMIT %(limit)s)
 UPDATE jobsd.jobs AS j
 SET status = 'running', started_at = now(), attempts = j.attempts + 1,
     lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
     dedup_key = CASE WHEN j.type = ANY(%(keep_dedup_types)s::text[]) THEN j.dedup_key END
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.*;
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING j.*, (SELECT count(*) FROM picked) AS considered;
 
 -- name: jobs_heartbeat
 -- One statement for every job a daemon holds: stamp progress.updated_at and merge
@@ -195,11 +269,26 @@ FOR SHARE OF j;
 -- name: jobs_claim_one
 -- Claim one specific job, if it is queued (PD-21 ST-2). The row lock makes two
 -- claimers of the same id take turns: the second finds it running and gets no row.
+-- The queue's pause and the job's concurrency key hold here too: the key row is
+-- locked (waiting for a claimer deciding on it) and its latest count decides.
+WITH target AS (
+  SELECT j.id, j.org_id, j.concurrency_key, q.paused_at,
+         coalesce(%(key_limit)s::int, q.concurrency_limit, 1) AS key_limit
+  FROM jobsd.jobs AS j JOIN jobsd.queues AS q ON q.name = j.queue
+  WHERE j.id = %(id)s AND j.status = 'queued'
+  FOR UPDATE OF j),
+key_count AS (
+  SELECT k.running FROM jobsd.concurrency_keys AS k
+  JOIN target AS t ON k.org_id = t.org_id AND k.concurrency_key = t.concurrency_key
+  FOR UPDATE OF k)
 UPDATE jobsd.jobs AS j
 SET status = 'running', started_at = now(), attempts = j.attempts + 1,
     lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
     dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END
-WHERE j.id = %(id)s AND j.status = 'queued'
+FROM target AS t
+WHERE j.id = t.id AND t.paused_at IS NULL
+  AND (t.concurrency_key IS NULL
+       OR coalesce((SELECT c.running FROM key_count AS c), 0) < t.key_limit)
 RETURNING j.*;
 
 -- name: jobs_resolve

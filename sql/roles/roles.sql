@@ -87,8 +87,9 @@ GRANT UPDATE (status, reason, finished_at, dedup_key, cancel_requested_at)
   ON jobsd.jobs TO {enqueue};
 GRANT SELECT, INSERT ON jobsd.job_events TO {enqueue};
 -- depends_on: mark each dependency (the row lock orders the enqueue with the
--- dependency's own end) and record the edges
-GRANT UPDATE (has_dependents) ON jobsd.jobs TO {enqueue};
+-- dependency's own end), record the edges, fail at once a job whose dependency
+-- failed already (its error says which)
+GRANT UPDATE (has_dependents, error) ON jobsd.jobs TO {enqueue};
 GRANT SELECT, INSERT ON jobsd.job_dependencies TO {enqueue};
 -- worker: claim, heartbeat, finish, sweep (UPDATE ... RETURNING needs SELECT);
 -- the history trigger writes job_events; schema_migrations for the start check.

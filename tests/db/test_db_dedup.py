@@ -31,7 +31,14 @@ def _claim(conn: psycopg.Connection[Any], keep: list[str] | None = None) -> list
     return run_named_sync(
         conn,
         "jobs_claim_batch",
-        {"limit": 10, "worker_id": "w1", "queues": None, "keep_dedup_types": keep or []},
+        {
+            "limit": 10,
+            "worker_id": "w1",
+            "queues": None,
+            "keep_dedup_types": keep or [],
+            "limit_types": [],
+            "limit_values": [],
+        },
     )
 
 

@@ -114,7 +114,14 @@ def test_jobs_enqueued_in_one_transaction_are_claimed_in_enqueue_order(
     claimed = queries.run_named_sync(
         conn,
         "jobs_claim_batch",
-        {"limit": 100, "worker_id": "w", "queues": None, "keep_dedup_types": []},
+        {
+            "limit": 100,
+            "worker_id": "w",
+            "queues": None,
+            "keep_dedup_types": [],
+            "limit_types": [],
+            "limit_values": [],
+        },
     )
     claimed.sort(key=lambda r: (r["created_at"], r["id"]))
     assert [r["payload"]["i"] for r in claimed] == list(range(40))

@@ -64,6 +64,9 @@ class JobsMachine(RuleBasedStateMachine):
                 "dedup_key": None,
                 "payload": "{}",
                 "run_after": run_after,
+                "priority": 0,
+                "concurrency_key": None,
+                "blocked": False,
             },
         )
         self.jobs[rows[0]["id"]] = kind
@@ -74,7 +77,14 @@ class JobsMachine(RuleBasedStateMachine):
             return
         rows = self._run(
             "jobs_claim_batch",
-            {"limit": 1, "worker_id": worker, "queues": None, "keep_dedup_types": []},
+            {
+                "limit": 1,
+                "worker_id": worker,
+                "queues": None,
+                "keep_dedup_types": [],
+                "limit_types": [],
+                "limit_values": [],
+            },
         )
         mine = [r for r in rows if r["org_id"] == self.org]
         assert len(mine) == len(rows), "a job of an earlier example"

@@ -95,6 +95,7 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
             [
                 "cancel_requested_at",
                 "dedup_key",
+                "error",
                 "finished_at",
                 "has_dependents",
                 "reason",
