@@ -44,6 +44,8 @@ class JobContext:
         payload: dict[str, Any],
         attempt: int,
         checkpoint: dict[str, Any] | None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
     ) -> None:
         self.id = id
         self.type = type
@@ -51,6 +53,8 @@ class JobContext:
         self.queue = queue
         self.payload = payload
         self.attempt = attempt
+        self.priority = priority
+        self.concurrency_key = concurrency_key
         self.checkpoint: dict[str, Any] = dict(checkpoint or {})
         self._lock = threading.Lock()
         self._pending: dict[str, Any] = {}

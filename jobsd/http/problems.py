@@ -26,6 +26,7 @@ from jobsd.errors import BackendUnavailable, DatabaseError, OutcomeUnknown
 from jobsd.http.schemas import ErrorOut
 
 __all__ = [
+    "QUEUE_FULL_RETRY_S",
     "RETRY_AFTER_S",
     "AsciiJSONResponse",
     "database_error",
@@ -42,14 +43,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
+# a full queue drains at the pace of its jobs: a second is too eager
+QUEUE_FULL_RETRY_S = 5
 
 _DESCRIPTIONS = {
     401: "Missing, unknown or revoked bearer token.",
     404: "No such job in this org (a job of another org is not found either).",
     409: "The request conflicts with the job's state.",
     413: "The request body or the payload is larger than the configured cap.",
-    429: "Over the token's submission rate (JOBSD_SUBMIT_RATE): nothing was written; "
-    "retry after Retry-After seconds.",
+    429: "Over the token's submission rate (code rate_limited), or the queue holds its "
+    "capacity of open jobs (code queue_full): nothing was written; retry after "
+    "Retry-After seconds.",
     503: "The database is unavailable: nothing was done (or, with code outcome_unknown, "
     "retry with the same id).",
 }

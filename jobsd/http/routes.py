@@ -26,12 +26,15 @@ from jobsd.errors import (
     DuplicateJob,
     InvalidPayload,
     PayloadTooLarge,
+    QueueFull,
+    UnknownDependency,
     UnknownQueue,
 )
 from jobsd.http import queries
 from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import (
+    QUEUE_FULL_RETRY_S,
     database_error,
     db_unavailable,
     field_error,
@@ -100,7 +103,8 @@ def jobs_router(
         "With a client `id`, a retried submission returns the same job, never a second one; "
         "with a `dedup_key` held by a pending job of the org, that job is returned. "
         "Over the token's submission rate (JOBSD_SUBMIT_RATE): 429 with Retry-After, "
-        "and nothing is written.",
+        "and nothing is written; into a queue holding its capacity of open jobs: 429 "
+        "with code queue_full, and nothing is written.",
     )
     async def submit_job(body: JobIn, org_id: Org, request: Request, response: Response) -> JobOut:
         job_id = body.id or uuid7()
@@ -122,8 +126,27 @@ def jobs_router(
                 run_after=body.run_after,
                 job_id=job_id,
                 max_payload_bytes=backend.settings.max_payload_bytes,
+                priority=body.priority,
+                concurrency_key=body.concurrency_key,
+                depends_on=body.depends_on,
             )
+        except InvalidPayload as exc:
+            raise field_error(("body", "payload"), str(exc), "invalid_payload") from exc
+        except ValueError as exc:  # e.g. a job that depends on itself
+            raise field_error(
+                ("body", "depends_on"), str(exc), "invalid_dependency", body.depends_on
+            ) from exc
+        try:
             job = await backend.submit(spec)
+        except QueueFull as exc:
+            log.info("api.queue_full", extra={"queue": exc.queue, "org_id": org_id})
+            raise problem(
+                429, "queue_full", str(exc), headers={"Retry-After": str(QUEUE_FULL_RETRY_S)}
+            ) from exc
+        except UnknownDependency as exc:
+            raise field_error(
+                ("body", "depends_on"), str(exc), "unknown_dependency", exc.job_ids
+            ) from exc
         except UnknownQueue as exc:
             raise field_error(("body", "queue"), str(exc), "unknown_queue", body.queue) from exc
         except PayloadTooLarge as exc:

@@ -57,6 +57,9 @@ def pg_text(value: str) -> str:
 JobType = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(pg_text)]
 DedupKey = Annotated[str, StringConstraints(min_length=1, max_length=512), AfterValidator(pg_text)]
 QueueName = Annotated[str, StringConstraints(pattern=QUEUE_PATTERN)]
+ConcurrencyKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=255), AfterValidator(pg_text)
+]
 
 
 class JobIn(BaseModel):
@@ -96,6 +99,24 @@ class JobIn(BaseModel):
         description="A client-chosen job id (UUIDv7 recommended): a retried submission "
         "with the same id returns the same job, never a second one.",
     )
+    priority: int = Field(
+        default=0,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="Lower runs first; first in, first out within a priority.",
+    )
+    concurrency_key: ConcurrencyKey | None = Field(
+        default=None,
+        description="Jobs of the org sharing this key run at most the key's limit at once "
+        "(the type's, else the queue's concurrency limit, else 1).",
+    )
+    depends_on: list[uuid.UUID] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Jobs of the org that must all succeed first: the job is blocked "
+        "until then, and fails with reason 'dependency <id> <state>' if one fails or is "
+        "cancelled.",
+    )
 
     @field_validator("run_after")
     @classmethod
@@ -134,6 +155,8 @@ class JobSummary(BaseModel):
     status: JobStatus
     attempts: int
     dedup_key: str | None
+    priority: int = 0
+    concurrency_key: str | None = None
     progress: dict[str, Any] | None
     error: str | None = Field(description="Why the job failed (at most 2 KiB).")
     reason: str | None = Field(description="Why the job is in its current status.")

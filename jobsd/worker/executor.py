@@ -72,6 +72,8 @@ def make_context(job: Job) -> JobContext:
         payload=job.payload,
         attempt=job.attempts,
         checkpoint=checkpoint,
+        priority=job.priority,
+        concurrency_key=job.concurrency_key,
     )
 
 
