@@ -118,6 +118,22 @@ def dev(slots: int | None) -> None:
 @click.option("--dedup-key", default=None, help="At most one such job per org is pending.")
 @click.option("--run-after", type=click.DateTime(), default=None, help="Not before (UTC).")
 @click.option("--id", "job_id", default=None, help="Client job id (UUID): makes retries safe.")
+@click.option(
+    "--priority",
+    type=click.IntRange(-1_000_000, 1_000_000),
+    default=0,
+    show_default=True,
+    help="Lower runs first.",
+)
+@click.option(
+    "--concurrency-key", default=None, help="Jobs sharing a key run at most its limit at once."
+)
+@click.option(
+    "--depends-on",
+    multiple=True,
+    metavar="JOB_ID",
+    help="A job that must succeed first (repeatable).",
+)
 @click.option("--wait", is_flag=True, help="Follow the job to its end; exit 3 unless it succeeded.")
 @friendly_errors
 def enqueue(
@@ -128,6 +144,9 @@ def enqueue(
     dedup_key: str | None,
     run_after: datetime | None,
     job_id: str | None,
+    priority: int,
+    concurrency_key: str | None,
+    depends_on: tuple[str, ...],
     wait: bool,
 ) -> None:
     """Enqueue a job and print its id alone on stdout."""
@@ -144,15 +163,21 @@ def enqueue(
     settings = load_settings()
     _require_url(settings)
     with SyncClient(settings=settings) as client:
-        job = client.enqueue(
-            type,
-            data,
-            org_id=org_id,
-            queue=queue,
-            dedup_key=dedup_key,
-            run_after=run_after,
-            job_id=job_id,
-        )
+        try:
+            job = client.enqueue(
+                type,
+                data,
+                org_id=org_id,
+                queue=queue,
+                dedup_key=dedup_key,
+                run_after=run_after,
+                job_id=job_id,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                depends_on=depends_on,
+            )
+        except ValueError as exc:  # bad arguments, e.g. a job depending on itself
+            fail(str(exc))
         click.echo(str(job.id))
         if wait:
             final = _follow(client, job)
@@ -324,6 +349,10 @@ def _print_job(job: Job, events: list[JobEvent]) -> None:
     ]
     if job.dedup_key:
         fields.append(("dedup key", job.dedup_key))
+    if job.priority:
+        fields.append(("priority", str(job.priority)))
+    if job.concurrency_key:
+        fields.append(("key", job.concurrency_key))
     if job.progress:
         fields.append(("progress", json.dumps(job.progress)))
     if job.error:
