@@ -20,6 +20,7 @@ __all__ = [
     "OutcomeUnknown",
     "PayloadTooLarge",
     "QueueFull",
+    "TransientConflict",
     "UnknownDependency",
     "UnknownJobKind",
     "UnknownQueue",
@@ -78,6 +79,14 @@ class OutcomeUnknown(BackendUnavailable):
     """The connection dropped during a commit and jobsd could not tell whether it happened.
 
     Retry with the same job id: a job id can only ever create one job.
+    """
+
+
+class TransientConflict(BackendUnavailable):
+    """A deadlock or a serialization failure aborted the statement: nothing was done.
+
+    Retrying is safe (the daemon does; ``Client.enqueue`` does with the same job id).
+    In a caller's transaction the transaction is aborted: roll back and retry it.
     """
 
 

@@ -26,6 +26,7 @@ from jobsd.errors import (
     DatabaseError,
     InvalidPayload,
     QueueFull,
+    TransientConflict,
     UnknownQueue,
 )
 
@@ -104,6 +105,14 @@ def db_errors(operation: str) -> Iterator[None]:
         psycopg.errors.InvalidTextRepresentation,
     ) as exc:
         raise InvalidPayload(f"{operation} failed: {exc.diag.message_primary}") from exc
+    except (  # class 40: the statement was rolled back, retrying it is safe
+        psycopg.errors.TransactionRollback,
+        psycopg.errors.SerializationFailure,
+        psycopg.errors.DeadlockDetected,
+    ) as exc:
+        raise TransientConflict(
+            f"{operation} failed: conflict with a concurrent transaction, retry ({exc})"
+        ) from exc
     except psycopg.OperationalError as exc:
         raise BackendUnavailable(f"{operation} failed: database unavailable ({exc})") from exc
     except psycopg.InterfaceError as exc:

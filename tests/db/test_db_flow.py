@@ -12,7 +12,14 @@ import psycopg
 import pytest
 from dbcheck import count_jobs, history, job_row
 
-from jobsd import Client, DatabaseError, JobSpec, QueueFull, SyncClient, UnknownDependency
+from jobsd import (
+    Client,
+    JobSpec,
+    QueueFull,
+    SyncClient,
+    TransientConflict,
+    UnknownDependency,
+)
 from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow
@@ -138,7 +145,7 @@ def test_capacity_under_repeatable_read_fails_rather_than_overflows(
         client.enqueue("t", {}, org_id="o", queue="rr", conn=a)
         a.commit()
         # b's snapshot cannot see a's job: counting there would let a second one in
-        with pytest.raises(DatabaseError, match="serializ"):
+        with pytest.raises(TransientConflict, match="serializ"):
             client.enqueue("t", {}, org_id="o", queue="rr", conn=b)
         b.rollback()
     assert count_jobs(conn, "queue = 'rr'") == 1
