@@ -248,8 +248,8 @@ _JOB_FIELDS: dict[str, tuple[type, ...]] = {
     "cancel_requested_at": (str, type(None)),
     "reason": (str, type(None)),
     "depends_on": (list,),
-    "progress": (dict, type(None)),
-    "payload": (dict,),
+    "progress": (object,),  # any JSON value, as stored
+    "payload": (object,),
 }
 
 _TIME_FIELDS = ("paused_at", "created_at", "run_after", "started_at", "cancel_requested_at")
@@ -323,7 +323,7 @@ def _check_fields(
             ok = False
             continue
         value = item[key]
-        wrong_bool = isinstance(value, bool) and bool not in types
+        wrong_bool = isinstance(value, bool) and int in types and bool not in types
         if wrong_bool or not isinstance(value, types):
             problems.append(f"{where}.{key} has the wrong type ({type(value).__name__})")
             ok = False
