@@ -122,9 +122,10 @@ def _consistent_view(url: str) -> Iterator[_View]:
                     f"database {meta['database_name']!r} has no jobsd schema: run `jobsd migrate`"
                 )
             schema = run_named_sync(conn, "snapshot_schema", {})[0]
-            if (schema["schema_version"] or 0) < SCHEMA_VERSION_NEEDED:
+            version = schema["schema_version"] or 0
+            if version < SCHEMA_VERSION_NEEDED:
                 raise MigrationError(
-                    f"database schema is at version {schema['schema_version']}, export needs "
+                    f"database schema is at version {version}, export needs "
                     f"{SCHEMA_VERSION_NEEDED}: run `jobsd migrate`"
                 )
             if not schema["sees_all_orgs"]:
