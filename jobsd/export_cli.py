@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -65,11 +66,17 @@ def export(out: Path | None, check_path: Path | None, database_url: str | None) 
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             fail(f"cannot write the snapshot to stdout: {exc.strerror or exc}")
         return
+    # SIGTERM (systemd, timeout) unwinds like Ctrl-C: the temporary file is removed
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         summary = write_snapshot_file(url, out)
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}")
     click.echo(f"exported {summary.queues} queues and {summary.jobs} open jobs to {out}")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _check(path: Path) -> None:

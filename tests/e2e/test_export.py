@@ -324,6 +324,30 @@ def test_kill_9_while_blocked_mid_export_keeps_the_old_snapshot(
     assert leftovers(target) == [temp], "only the killed export's file is left over"
 
 
+def test_sigterm_mid_export_removes_the_temporary_file_and_keeps_the_old_snapshot(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, spawn: Callable[..., Proc]
+) -> None:
+    add_job(conn)
+    target = tmp_path / "snap.json"
+    env = make_env(db_url)
+    write_snapshot_file(db_url, target)
+    old = target.read_bytes()
+
+    with slow_database(db_url):
+        proc = spawn("export", "--out", str(target), env=env)
+
+        def waiting() -> bool:
+            assert proc.popen.poll() is None, f"export ended early:\n{proc.text()}"
+            return bool(leftovers(target)) and export_backend(conn) is not None
+
+        poll(waiting, what="the export to wait on the lock", timeout_s=30)
+        proc.popen.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 128 + signal.SIGTERM
+
+    assert target.read_bytes() == old
+    assert leftovers(target) == [], "SIGTERM unwinds: the temporary file is removed"
+
+
 def test_database_lost_mid_export_removes_the_temporary_file(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, spawn: Callable[..., Proc]
 ) -> None:
