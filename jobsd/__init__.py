@@ -34,10 +34,13 @@ from jobsd.errors import (
     MigrationError,
     OutcomeUnknown,
     PayloadTooLarge,
+    QueueExists,
+    QueueNotEmpty,
     UnknownJobKind,
     UnknownQueue,
 )
 from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.queues import QueueInfo
 from jobsd.recovery import Recovery
 from jobsd.registry import HandlerSpec, Registry, default_registry, handler
 from jobsd.retry import RetryPolicy, exponential_backoff
@@ -62,6 +65,9 @@ __all__ = [
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
+    "QueueExists",
+    "QueueInfo",
+    "QueueNotEmpty",
     "Recovery",
     "Registry",
     "RetryPolicy",
