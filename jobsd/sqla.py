@@ -20,6 +20,7 @@ import psycopg
 from sqlalchemy import (
     TIMESTAMP,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -54,7 +55,15 @@ queues = Table(
     metadata,
     Column("name", Text, primary_key=True),
     Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    # 0008_flow_control
+    Column("capacity", Integer),
+    Column("concurrency_limit", Integer),
+    Column("retention_days", Integer),
+    Column("paused_at", _TIMESTAMPTZ),
     CheckConstraint(r"name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'", name="queues_name_check"),
+    CheckConstraint("capacity > 0", name="queues_capacity_check"),
+    CheckConstraint("concurrency_limit > 0", name="queues_concurrency_limit_check"),
+    CheckConstraint("retention_days >= 0", name="queues_retention_days_check"),
 )
 
 jobs = Table(
@@ -85,9 +94,17 @@ jobs = Table(
     Column("started_at", _TIMESTAMPTZ),
     Column("finished_at", _TIMESTAMPTZ),
     Column("cancel_requested_at", _TIMESTAMPTZ),
+    # 0008_flow_control
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("concurrency_key", Text),
+    Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint("attempts >= 0", name="jobs_attempts_check"),
     CheckConstraint("octet_length(error) <= 2048", name="jobs_error_check"),
+    CheckConstraint(
+        "concurrency_key <> '' AND octet_length(concurrency_key) <= 255",
+        name="jobs_concurrency_key_check",
+    ),
     UniqueConstraint("org_id", "dedup_key", name="jobs_org_dedup_key_key"),
 )
 
@@ -98,11 +115,20 @@ Index(
     jobs.c.created_at,
     postgresql_where=jobs.c.status.in_(["queued", "running"]),
 )
+# 0008_flow_control: the claim reads each queue in claim order; open jobs by queue
 Index(
-    "jobs_claim_idx",
+    "jobs_claim_v2_idx",
+    jobs.c.queue,
+    jobs.c.priority,
     jobs.c.created_at,
     jobs.c.id,
     postgresql_where=jobs.c.status == "queued",
+)
+Index(
+    "jobs_open_by_queue_idx",
+    jobs.c.queue,
+    jobs.c.status,
+    postgresql_where=jobs.c.status.not_in(["succeeded", "failed", "cancelled"]),
 )
 Index("jobs_scheduled_idx", jobs.c.run_after, postgresql_where=jobs.c.status == "scheduled")
 # 0002_api_tokens: an org's jobs in creation order, for the API's paginated list
