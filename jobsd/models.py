@@ -39,7 +39,10 @@ INITIAL_STATES = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.BLO
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
     JobStatus.SCHEDULED: frozenset({JobStatus.QUEUED, JobStatus.CANCELLED}),
-    JobStatus.BLOCKED: frozenset({JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED}),
+    # 0008: a blocked job whose dependencies succeeded waits for a future run_after
+    JobStatus.BLOCKED: frozenset(
+        {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.FAILED, JobStatus.CANCELLED}
+    ),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.SUCCEEDED,
