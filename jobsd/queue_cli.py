@@ -251,7 +251,8 @@ def queue_resume(name: str, database_url: str | None) -> None:
 
     _check_name(name)
     info = _run(database_url, f"resume of queue {name!r}", lambda conn: resume_queue(conn, name))
-    click.echo(f"queue {info.name!r} resumed: {info.queued} queued jobs to claim")
+    jobs = "job" if info.queued == 1 else "jobs"
+    click.echo(f"queue {info.name!r} resumed: {info.queued} queued {jobs} to claim")
 
 
 @queue.command("drop")
