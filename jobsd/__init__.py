@@ -35,13 +35,16 @@ from jobsd.errors import (
     MigrationError,
     OutcomeUnknown,
     PayloadTooLarge,
+    QueueExists,
     QueueFull,
+    QueueNotEmpty,
     TransientConflict,
     UnknownDependency,
     UnknownJobKind,
     UnknownQueue,
 )
 from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.queues import QueueInfo
 from jobsd.recovery import Recovery
 from jobsd.registry import HandlerSpec, Registry, default_registry, handler
 from jobsd.retry import RetryPolicy, exponential_backoff
@@ -66,7 +69,10 @@ __all__ = [
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
+    "QueueExists",
     "QueueFull",
+    "QueueInfo",
+    "QueueNotEmpty",
     "Recovery",
     "Registry",
     "RetryPolicy",

@@ -33,6 +33,17 @@ from jobsd.errors import (
 from jobsd.ids import uuid7
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job, JobEvent
+from jobsd.queues import (
+    UNCHANGED,
+    QueueInfo,
+    Unchanged,
+    create_queue,
+    drop_queue,
+    list_queues,
+    pause_queue,
+    resume_queue,
+    set_queue_limits,
+)
 from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, SyncPool, db_errors, make_async_pool, make_sync_pool
@@ -451,6 +462,79 @@ class Client:
         with db_errors(f"read of history of job {job_id}"):
             async with self._pool.connection() as conn:
                 return await queries.get_job_events(conn, uuid.UUID(str(job_id)))
+
+    # Queue administration: see jobsd.queues (and docs/queues.md) for the semantics.
+
+    async def create_queue(
+        self,
+        name: str,
+        *,
+        capacity: int | None = None,
+        concurrency_limit: int | None = None,
+        retention_days: int | None = None,
+    ) -> QueueInfo:
+        """Declare a queue; raise QueueExists if the name is taken."""
+        await self._open()
+        with db_errors(f"creation of queue {name!r}"):
+            async with self._pool.connection() as conn:
+                return await create_queue(
+                    conn,
+                    name,
+                    capacity=capacity,
+                    concurrency_limit=concurrency_limit,
+                    retention_days=retention_days,
+                )
+
+    async def set_queue_limits(
+        self,
+        name: str,
+        *,
+        capacity: int | Unchanged | None = UNCHANGED,
+        concurrency_limit: int | Unchanged | None = UNCHANGED,
+        retention_days: int | Unchanged | None = UNCHANGED,
+    ) -> QueueInfo:
+        """Change the limits given (None removes one); see ``jobsd.queues.set_queue_limits``."""
+        await self._open()
+        with db_errors(f"change of the limits of queue {name!r}"):
+            async with self._pool.connection() as conn:
+                return await set_queue_limits(
+                    conn,
+                    name,
+                    capacity=capacity,
+                    concurrency_limit=concurrency_limit,
+                    retention_days=retention_days,
+                )
+
+    async def list_queues(self) -> list[QueueInfo]:
+        """Return every declared queue with its open jobs by state (every org's)."""
+        await self._open()
+        with db_errors("listing of the queues"):
+            async with self._pool.connection() as conn:
+                return await list_queues(conn)
+
+    async def pause_queue(self, name: str) -> QueueInfo:
+        """Stop claims from a queue (running jobs finish); idempotent."""
+        await self._open()
+        with db_errors(f"pause of queue {name!r}"):
+            async with self._pool.connection() as conn:
+                return await pause_queue(conn, name)
+
+    async def resume_queue(self, name: str) -> QueueInfo:
+        """Let daemons claim from a queue again, and wake them; idempotent."""
+        await self._open()
+        with db_errors(f"resume of queue {name!r}"):
+            async with self._pool.connection() as conn:
+                return await resume_queue(conn, name)
+
+    async def drop_queue(self, name: str) -> int:
+        """Delete a queue without open jobs, and its finished jobs; return how many jobs.
+
+        Raises QueueNotEmpty (nothing deleted), UnknownQueue, ValueError for ``default``.
+        """
+        await self._open()
+        with db_errors(f"drop of queue {name!r}"):
+            async with self._pool.connection() as conn:
+                return await drop_queue(conn, name)
 
 
 def _final_error(spec: JobSpec, exc: BackendUnavailable, sent: bool) -> BackendUnavailable:

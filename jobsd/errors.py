@@ -19,7 +19,9 @@ __all__ = [
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
+    "QueueExists",
     "QueueFull",
+    "QueueNotEmpty",
     "TransientConflict",
     "UnknownDependency",
     "UnknownJobKind",
@@ -118,3 +120,24 @@ class UnknownDependency(JobsdError, LookupError):
     def __init__(self, job_ids: list[str]) -> None:
         super().__init__(f"unknown dependency: no job {', '.join(job_ids)}")
         self.job_ids = job_ids
+
+
+class QueueExists(JobsdError):
+    """A queue of that name is declared already: nothing was changed."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"queue {queue!r} exists already")
+        self.queue = queue
+
+
+class QueueNotEmpty(JobsdError):
+    """The queue still holds ``open_jobs`` unfinished jobs: it was not dropped, nothing deleted."""
+
+    def __init__(self, queue: str, open_jobs: int) -> None:
+        jobs = "job" if open_jobs == 1 else "jobs"
+        super().__init__(
+            f"queue {queue!r} holds {open_jobs} open {jobs} (queued, scheduled, blocked, "
+            "running or recovery_required): nothing was dropped; let them finish or cancel them"
+        )
+        self.queue = queue
+        self.open_jobs = open_jobs

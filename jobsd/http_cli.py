@@ -58,8 +58,13 @@ def token() -> None:
 @token.command("create")
 @click.option("--org", "org_id", required=True, help="The org the token acts for.")
 @click.option("--name", default=None, help="A label, e.g. who or what uses the token.")
+@click.option(
+    "--admin",
+    is_flag=True,
+    help="The token may also administer queues (/queues): every queue, whatever its org.",
+)
 @friendly_errors
-def token_create(org_id: str, name: str | None) -> None:
+def token_create(org_id: str, name: str | None, admin: bool) -> None:
     """Make a token and print it alone on stdout, once: only its hash is stored."""
     import psycopg
 
@@ -70,9 +75,10 @@ def token_create(org_id: str, name: str | None) -> None:
         fail("--org must not be empty")
     url = _database_url()
     with db_errors("token creation"), psycopg.connect(url, autocommit=True) as conn:
-        secret, info = create_token(conn, org_id, name)
+        secret, info = create_token(conn, org_id, name, admin=admin)
     click.echo(secret)
-    click.echo(f"token {info.id} for org {info.org_id!r} created; it is shown only now", err=True)
+    kind = "admin token" if info.admin else "token"
+    click.echo(f"{kind} {info.id} for org {info.org_id!r} created; it is shown only now", err=True)
 
 
 @token.command("revoke")
@@ -98,7 +104,7 @@ def token_revoke(token_or_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per token.")
 @friendly_errors
 def token_list(org_id: str | None, as_json: bool) -> None:
-    """List tokens (id, org, name, first characters, created, revoked); never the secrets."""
+    """List tokens (id, org, name, first characters, created, revoked, admin); never secrets."""
     import psycopg
 
     from jobsd.http.tokens import list_tokens
@@ -118,6 +124,7 @@ def token_list(org_id: str | None, as_json: bool) -> None:
                         "prefix": info.prefix,
                         "created_at": info.created_at.isoformat(),
                         "revoked_at": info.revoked_at.isoformat() if info.revoked_at else None,
+                        "admin": info.admin,
                     }
                 )
             )
@@ -125,7 +132,7 @@ def token_list(org_id: str | None, as_json: bool) -> None:
         state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "active"
         click.echo(
             f"{info.id}  {info.org_id}  {info.prefix}…  {info.name or '-'}  "
-            f"{info.created_at:%Y-%m-%d %H:%M}  {state}"
+            f"{info.created_at:%Y-%m-%d %H:%M}  {state}  {'admin' if info.admin else '-'}"
         )
 
 

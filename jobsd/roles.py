@@ -5,7 +5,8 @@ Four login roles, named ``<prefix>_<kind>``:
 - ``owner`` owns schema ``jobsd`` and everything in it: it runs ``jobsd migrate``,
   ``jobsd token``, ``jobsd notify``. Row-level security does not apply to it.
 - ``enqueue`` (the application, the HTTP API) inserts jobs, reads them back with their
-  history and cancels them before they start, for the org set in ``jobsd.org_id``.
+  history and cancels them before they start, for the org set in ``jobsd.org_id``; it
+  may also administer queues (the API lets admin tokens only).
 - ``worker`` (``jobsd run``) claims, updates and sweeps the jobs of every org.
 - ``read`` (dashboards, reporting) selects, for the org set in ``jobsd.org_id``.
 
@@ -151,6 +152,7 @@ def _create(
     conn.execute(_block("roles_grant_database", database=sql.Identifier(report.database), **ids))
     _adopt(conn, names.owner, report)
     conn.execute(_block("roles_grant_tables", **ids))
+    conn.execute(_block("roles_grant_functions", **ids))
     if state["has_api_tokens"]:
         conn.execute(_block("roles_grant_api_tokens", **ids))
     conn.execute(_block("roles_default_privileges", **ids))

@@ -11,13 +11,14 @@ from fastapi.exceptions import RequestValidationError
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobsd.http.auth import bearer_org
+from jobsd.http.auth import bearer_admin, bearer_org
 from jobsd.http.backend import ApiBackend
 from jobsd.http.bodylimit import BodyLimitMiddleware
 from jobsd.http.health import health_router
 from jobsd.http.metrics import RequestMetrics, metrics_router, request_counter
 from jobsd.http.problems import http_error_handler, responses, validation_error_handler
 from jobsd.http.protocols import DaemonView
+from jobsd.http.queue_routes import queues_router
 from jobsd.http.routes import jobs_router
 from jobsd.http.settings import HttpSettings
 from jobsd.settings import Settings
@@ -28,8 +29,9 @@ _DESCRIPTION = """\
 Submit jobs to jobsd, follow them, list and cancel them.
 
 Every `/jobs` endpoint needs a bearer token (`jobsd token create --org ORG`); the token
-decides the org, and a job of another org is not found. `/healthz`, `/readyz`,
-`/health` and `/metrics` need no token.
+decides the org, and a job of another org is not found. `/queues` needs an admin token
+(`jobsd token create --org ORG --admin`): queues are shared by every org. `/healthz`,
+`/readyz`, `/health` and `/metrics` need no token.
 """
 
 
@@ -61,6 +63,7 @@ def create_app(
         lifespan=backend.lifespan,
         openapi_tags=[
             {"name": "jobs", "description": "Jobs of the caller's org."},
+            {"name": "queues", "description": "Queue administration (admin tokens only)."},
             {"name": "health", "description": "Probes, health report and metrics (no token)."},
         ],
     )
@@ -70,6 +73,7 @@ def create_app(
     app.include_router(
         jobs_router(backend, bearer_org(backend), with_lifespan=False), responses=responses(401)
     )
+    app.include_router(queues_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(health_router(backend))
     app.include_router(metrics_router(backend, registry))
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=backend.body_limit)

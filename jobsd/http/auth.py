@@ -1,6 +1,7 @@
-"""Resolve a request's bearer token to its org: the FastAPI dependency of the API."""
+"""Resolve a request's bearer token to its org: the FastAPI dependencies of the API."""
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: FastAPI reads the annotations of the
+# dependencies at runtime, and `resolve` is local to the function that makes them.
 
 from collections.abc import Awaitable, Callable
 from typing import Annotated
@@ -12,7 +13,7 @@ from jobsd.http import tokens
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import problem, store_errors
 
-__all__ = ["TOKEN_ID_STATE", "bearer_org"]
+__all__ = ["TOKEN_ID_STATE", "bearer_admin", "bearer_org"]
 
 # request.state attribute holding the id of the request's token (the rate-limit key)
 TOKEN_ID_STATE = "jobsd_token_id"
@@ -27,30 +28,57 @@ def _unauthorized(message: str) -> Exception:
     return problem(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def bearer_org(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
-    """Return a dependency that resolves the request's bearer token to its org id (else 401).
+def _resolver(backend: ApiBackend) -> Callable[..., Awaitable[tokens.TokenGrant]]:
+    """Return a dependency that resolves the request's bearer token (else 401)."""
 
-    It also leaves the token's id in ``request.state`` (``TOKEN_ID_STATE``): the
-    submission rate is limited per token.
-    """
-
-    async def org_from_token(
+    async def grant_from_token(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_scheme)],
-    ) -> str:
+    ) -> tokens.TokenGrant:
         if credentials is None:
             raise _unauthorized("missing bearer token (Authorization: Bearer <token>)")
         token = credentials.credentials
         if not tokens.looks_like_token(token):
             raise _unauthorized("invalid bearer token")
         with store_errors("token lookup"):
-            found = await backend.read(
-                "token lookup", tokens.lookup_token, tokens.hash_token(token)
-            )
+            found = await backend.read("token lookup", tokens.find_token, tokens.hash_token(token))
         if found is None:
             raise _unauthorized("invalid bearer token")
-        token_id, org_id = found
-        setattr(request.state, TOKEN_ID_STATE, token_id)
-        return org_id
+        setattr(request.state, TOKEN_ID_STATE, found.id)
+        return found
+
+    return grant_from_token
+
+
+def bearer_org(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
+    """Return a dependency that resolves the request's bearer token to its org id (else 401).
+
+    It also leaves the token's id in ``request.state`` (``TOKEN_ID_STATE``): the
+    submission rate is limited per token.
+    """
+    resolve = _resolver(backend)
+
+    async def org_from_token(grant: Annotated[tokens.TokenGrant, Depends(resolve)]) -> str:
+        return grant.org_id
 
     return org_from_token
+
+
+def bearer_admin(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
+    """Return a dependency that admits only admin tokens (else 401, or 403); returns the org.
+
+    Queues are shared by every org: an admin token administers all of them.
+    """
+    resolve = _resolver(backend)
+
+    async def admin_from_token(grant: Annotated[tokens.TokenGrant, Depends(resolve)]) -> str:
+        if not grant.admin:
+            raise problem(
+                403,
+                "admin_required",
+                "this token may not administer queues: use a token made by "
+                "`jobsd token create --org ORG --admin`",
+            )
+        return grant.org_id
+
+    return admin_from_token

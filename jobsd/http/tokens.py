@@ -23,8 +23,10 @@ from jobsd.store.queries import run_named, run_named_sync
 
 __all__ = [
     "TOKEN_PREFIX",
+    "TokenGrant",
     "TokenInfo",
     "create_token",
+    "find_token",
     "hash_token",
     "list_tokens",
     "looks_like_token",
@@ -49,11 +51,22 @@ class TokenInfo:
     prefix: str
     created_at: datetime
     revoked_at: datetime | None
+    admin: bool = False
+    """The token may also administer queues (every queue, whatever its org)."""
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> TokenInfo:
         """Build from a row of ``api_tokens``."""
         return cls(**{k: row[k] for k in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenGrant:
+    """What a valid token allows: acting for ``org_id``, and with ``admin`` on queues."""
+
+    id: uuid.UUID
+    org_id: str
+    admin: bool
 
 
 def new_token() -> str:
@@ -72,22 +85,33 @@ def looks_like_token(text: str) -> bool:
     return len(text) == _TOKEN_LEN and text.startswith(TOKEN_PREFIX) and text.isascii()
 
 
-async def lookup_token(
-    conn: psycopg.AsyncConnection[Any], token_hash: bytes
-) -> tuple[uuid.UUID, str] | None:
-    """Return the id and the org of a valid (not revoked) token, or None.
+async def find_token(conn: psycopg.AsyncConnection[Any], token_hash: bytes) -> TokenGrant | None:
+    """Return what a valid (not revoked) token allows, or None.
 
     Runs before the org is known: ``api_tokens`` has no row-level security.
     """
     with db_errors("token lookup"):
         rows = await run_named(conn, "api_tokens_lookup", {"token_hash": token_hash})
-    return (rows[0]["id"], str(rows[0]["org_id"])) if rows else None
+    if not rows:
+        return None
+    return TokenGrant(rows[0]["id"], str(rows[0]["org_id"]), bool(rows[0]["admin"]))
+
+
+async def lookup_token(
+    conn: psycopg.AsyncConnection[Any], token_hash: bytes
+) -> tuple[uuid.UUID, str] | None:
+    """Return the id and the org of a valid (not revoked) token, or None (see ``find_token``)."""
+    grant = await find_token(conn, token_hash)
+    return (grant.id, grant.org_id) if grant else None
 
 
 def create_token(
-    conn: psycopg.Connection[Any], org_id: str, name: str | None = None
+    conn: psycopg.Connection[Any], org_id: str, name: str | None = None, *, admin: bool = False
 ) -> tuple[str, TokenInfo]:
-    """Store a new token for ``org_id``; return the token (shown once) and its record."""
+    """Store a new token for ``org_id``; return the token (shown once) and its record.
+
+    With ``admin`` the token may also administer queues through the API.
+    """
     if not org_id:
         raise ValueError("org must be a non-empty string")
     token = new_token()
@@ -96,6 +120,7 @@ def create_token(
         "name": name,
         "prefix": token[:_SHOWN_LEN],
         "token_hash": hash_token(token),
+        "admin": admin,
     }
     with db_errors(f"creation of a token for org {org_id!r}"):
         rows = run_named_sync(conn, "api_tokens_insert", params)

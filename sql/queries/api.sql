@@ -9,23 +9,24 @@
 SELECT set_config('jobsd.org_id', %(org_id)s, true);
 
 -- name: api_tokens_insert
-INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash)
-VALUES (%(org_id)s, %(name)s, %(prefix)s, %(token_hash)s)
-RETURNING id, org_id, name, prefix, created_at, revoked_at;
+-- admin: the token may also administer queues (/queues; migration 0008's column).
+INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash, admin)
+VALUES (%(org_id)s, %(name)s, %(prefix)s, %(token_hash)s, %(admin)s)
+RETURNING id, org_id, name, prefix, created_at, revoked_at, admin;
 
 -- name: api_tokens_lookup
 -- Before the org is known: api_tokens has no row-level security.
-SELECT id, org_id FROM jobsd.api_tokens
+SELECT id, org_id, admin FROM jobsd.api_tokens
 WHERE token_hash = %(token_hash)s AND revoked_at IS NULL;
 
 -- name: api_tokens_revoke
 -- By id or by the token's hash. Revoking twice keeps the first revocation time.
 UPDATE jobsd.api_tokens SET revoked_at = coalesce(revoked_at, now())
 WHERE id = %(id)s::uuid OR token_hash = %(token_hash)s::bytea
-RETURNING id, org_id, name, prefix, created_at, revoked_at;
+RETURNING id, org_id, name, prefix, created_at, revoked_at, admin;
 
 -- name: api_tokens_list
-SELECT id, org_id, name, prefix, created_at, revoked_at FROM jobsd.api_tokens
+SELECT id, org_id, name, prefix, created_at, revoked_at, admin FROM jobsd.api_tokens
 WHERE %(org_id)s::text IS NULL OR org_id = %(org_id)s::text
 ORDER BY org_id, created_at, id;
 

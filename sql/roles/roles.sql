@@ -103,6 +103,20 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
 -- needs UPDATE); the counts themselves are kept by SECURITY DEFINER triggers
 GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
 
+-- name: roles_grant_functions
+-- Start from nothing on every function, then grant what each role needs; EXECUTE
+-- that PUBLIC holds (jobsd.uuidv7(), the /metrics and /health aggregates) is left
+-- as it is. Queue administration (migration 0009, SECURITY DEFINER: it runs as the
+-- owner and counts every org's jobs) is for the HTTP API, which runs as the enqueue
+-- role and admits admin tokens only; the read role may list queues.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobsd FROM {enqueue}, {worker}, {read};
+GRANT EXECUTE ON FUNCTION jobsd.queue_info(text),
+  jobsd.queue_create(text, integer, integer, integer),
+  jobsd.queue_set_limits(text, boolean, integer, boolean, integer, boolean, integer),
+  jobsd.queue_pause(text), jobsd.queue_resume(text), jobsd.queue_drop(text)
+  TO {enqueue};
+GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
+
 -- name: roles_grant_api_tokens
 -- The HTTP API, running as the enqueue role, looks bearer tokens up by hash.
 GRANT SELECT ON jobsd.api_tokens TO {enqueue};

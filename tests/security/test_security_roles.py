@@ -42,6 +42,21 @@ def _privileges(url: str, role: str) -> set[str]:
     return {f"{table}:{priv}" for table, priv in rows}
 
 
+def _routines(url: str, role: str) -> set[str]:
+    """Return the jobsd functions ``role`` may execute that PUBLIC may not."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT p.proname FROM pg_proc AS p "
+            "WHERE p.pronamespace = 'jobsd'::regnamespace "
+            "  AND has_function_privilege(%s, p.oid, 'EXECUTE') "
+            "  AND p.proacl IS NOT NULL AND NOT EXISTS ("
+            "    SELECT 1 FROM aclexplode(p.proacl) AS a "
+            "    WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')",
+            (role,),
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
 def _tables(url: str) -> set[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
@@ -83,6 +98,18 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "concurrency_keys:SELECT",
         "concurrency_keys:UPDATE",
     }
+    # functions PUBLIC may not run: queue administration for the API's enqueue role
+    # (queue listing for the read role too); the triggers' functions for nobody
+    assert _routines(url, names.enqueue) == {
+        "queue_info",
+        "queue_create",
+        "queue_set_limits",
+        "queue_pause",
+        "queue_resume",
+        "queue_drop",
+    }
+    assert _routines(url, names.read) == {"queue_info"}
+    assert _routines(url, names.worker) == set()
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else
         updatable = conn.execute(
@@ -124,13 +151,21 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
 def test_create_is_idempotent_and_converges(roles: Roles) -> None:
     names, url = roles.names, roles.db_url
     before = {kind: _privileges(url, name) for kind, name in names.by_kind().items()}
-    with psycopg.connect(url, autocommit=True) as conn:  # an operator's stray grant
+    routines = {kind: _routines(url, name) for kind, name in names.by_kind().items()}
+    with psycopg.connect(url, autocommit=True) as conn:  # an operator's stray grants
         conn.execute(sql.SQL("GRANT DELETE ON jobsd.jobs TO {}").format(sql.Identifier(names.read)))
+        conn.execute(
+            sql.SQL("GRANT EXECUTE ON FUNCTION jobsd.queue_drop(text) TO {}").format(
+                sql.Identifier(names.worker)
+            )
+        )
+    assert "queue_drop" in _routines(url, names.worker)
     report = create_roles(url, prefix=names.owner.removesuffix("_owner"))
     assert report.created == [] and report.adopted == []
     assert sorted(report.existing) == sorted(names.by_kind().values())
     after = {kind: _privileges(url, name) for kind, name in names.by_kind().items()}
     assert after == before  # the stray DELETE is gone again
+    assert {kind: _routines(url, name) for kind, name in names.by_kind().items()} == routines
 
 
 def test_later_tables_are_readable_by_the_read_role(roles: Roles) -> None:

@@ -1,0 +1,364 @@
+"""The queue endpoints: declare, list, read, change, pause, resume and drop queues.
+
+Queues are shared by every org, so only admin tokens (``jobsd token create --admin``)
+may use these endpoints: another token gets 403. The work is ``jobsd.queues``, through
+the SECURITY DEFINER functions of migration 0009: it runs under the API's enqueue
+role, and the depth of a queue counts every org's jobs. Semantics in docs/queues.md.
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the annotations of the
+# endpoints at runtime, and `Admin` is local to `queues_router`.
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobsd import queues
+from jobsd.errors import QueueExists, QueueNotEmpty, UnknownQueue
+from jobsd.http.auth import TOKEN_ID_STATE
+from jobsd.http.backend import ApiBackend
+from jobsd.http.problems import problem, responses, store_errors
+from jobsd.http.schemas import QUEUE_PATTERN, ErrorOut, Problem, QueueName
+from jobsd.store.db import AsyncConn, acquire
+
+__all__ = [
+    "QueueDepth",
+    "QueueDropped",
+    "QueueIn",
+    "QueueList",
+    "QueueOut",
+    "QueuePatch",
+    "queues_router",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_INT_MAX = 2**31 - 1  # the limits are Postgres integers
+Capacity = Annotated[int, Field(ge=1, le=_INT_MAX, description="Open jobs at most.")]
+ConcurrencyLimit = Annotated[
+    int, Field(ge=1, le=_INT_MAX, description="Running jobs of one concurrency key at most.")
+]
+RetentionDays = Annotated[
+    int, Field(ge=0, le=_INT_MAX, description="Days `jobsd prune` keeps finished jobs.")
+]
+QueuePath = Annotated[str, Path(pattern=QUEUE_PATTERN, description="The queue's name.")]
+
+
+class QueueIn(BaseModel):
+    """A queue to declare; a limit left out (or null) is unset."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"name": "mail"},
+                {"name": "reports", "capacity": 1000, "concurrency_limit": 2, "retention_days": 30},
+            ]
+        },
+    )
+
+    name: QueueName = Field(description="1 to 63 letters, digits and _ . : - (not first).")
+    capacity: Capacity | None = None
+    concurrency_limit: ConcurrencyLimit | None = None
+    retention_days: RetentionDays | None = None
+
+
+class QueuePatch(BaseModel):
+    """New limits: a field left out stays as it is; null removes the limit."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"capacity": 500}, {"capacity": None, "retention_days": 7}]
+        },
+    )
+
+    capacity: Capacity | None = None
+    concurrency_limit: ConcurrencyLimit | None = None
+    retention_days: RetentionDays | None = None
+
+
+class QueueDepth(BaseModel):
+    """Open jobs of the queue by state, every org's."""
+
+    queued: int
+    scheduled: int
+    blocked: int
+    running: int
+    recovery_required: int
+
+
+class QueueOut(BaseModel):
+    """A declared queue."""
+
+    name: str
+    paused: bool = Field(description="No claims from the queue while true.")
+    paused_at: datetime | None = Field(description="When the queue was paused.")
+    capacity: int | None = Field(description="Open jobs at most; null: no capacity.")
+    concurrency_limit: int | None = Field(
+        description="Running jobs of one concurrency key at most; null: the default."
+    )
+    retention_days: int | None = Field(
+        description="Days finished jobs are kept; null: until deleted."
+    )
+    created_at: datetime
+    depth: QueueDepth
+
+    @classmethod
+    def from_info(cls, info: queues.QueueInfo) -> "QueueOut":
+        """Build from a ``QueueInfo``."""
+        return cls(
+            name=info.name,
+            paused=info.paused,
+            paused_at=info.paused_at,
+            capacity=info.capacity,
+            concurrency_limit=info.concurrency_limit,
+            retention_days=info.retention_days,
+            created_at=info.created_at,
+            depth=QueueDepth(**info.depth),
+        )
+
+
+class QueueList(BaseModel):
+    """Every declared queue, by name."""
+
+    queues: list[QueueOut]
+
+
+class QueueDropped(BaseModel):
+    """A dropped queue and how many finished jobs went with it."""
+
+    name: str
+    deleted_jobs: int = Field(description="Finished jobs deleted with the queue (every org's).")
+
+
+class QueueProblem(Problem):
+    """What went wrong with a queue."""
+
+    open_jobs: int | None = Field(
+        default=None, description="With queue_not_empty: the queue's unfinished jobs."
+    )
+
+
+class QueueErrorOut(BaseModel):
+    """An error answer about a queue."""
+
+    detail: QueueProblem
+
+
+_ANSWERS: dict[int, str] = {
+    403: "The token is not an admin token (`jobsd token create --org ORG --admin`).",
+    404: "No such queue.",
+}
+
+
+def _answers(*codes: int, conflict: str | None = None) -> dict[int | str, dict[str, Any]]:
+    declared: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        declared[code] = {"model": ErrorOut, "description": _ANSWERS[code]}
+    if conflict is not None:
+        declared[409] = {"model": QueueErrorOut, "description": conflict}
+    return {**declared, **responses(503)}
+
+
+def _not_found(name: str) -> Exception:
+    return problem(404, "queue_not_found", f"queue {name!r} not found")
+
+
+def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> APIRouter:
+    """Build the queue endpoints on ``backend``; ``admin_dependency`` admits admins only."""
+    router = APIRouter(tags=["queues"])
+    Admin = Annotated[str, Depends(admin_dependency)]
+
+    async def once(operation: str, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        """Run a change that must not be repeated blindly (create, drop) on one connection."""
+        with store_errors(operation):
+            async with acquire(backend.pool, operation) as conn:
+                return await fn(conn)
+
+    async def idempotent(operation: str, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        """Run a read or an idempotent change; retried once on a dropped connection."""
+        with store_errors(operation):
+            return await backend.read(operation, fn)
+
+    def audit(event: str, name: str, org_id: str, request: Request, **extra: Any) -> None:
+        token_id = getattr(request.state, TOKEN_ID_STATE, None)
+        log.info(event, extra={"queue": name, "org_id": org_id, "token_id": token_id, **extra})
+
+    @router.get(
+        "/queues",
+        response_model=QueueList,
+        responses=_answers(403),
+        operation_id="list_queues",
+        summary="List the queues",
+        description="Every declared queue, with its limits, whether it is paused, and its "
+        "open jobs by state (every org's).",
+    )
+    async def list_queues(org_id: Admin) -> QueueList:
+        infos = await idempotent("listing of the queues", queues.list_queues)
+        return QueueList(queues=[QueueOut.from_info(i) for i in infos])
+
+    @router.post(
+        "/queues",
+        status_code=201,
+        response_model=QueueOut,
+        responses=_answers(403, conflict="A queue of that name exists already."),
+        operation_id="create_queue",
+        summary="Declare a queue",
+        description="201 with the queue; 409 `queue_exists` if the name is taken (nothing "
+        "changes: use PATCH to change its limits).",
+    )
+    async def create_queue(body: QueueIn, org_id: Admin, request: Request) -> QueueOut:
+        try:
+            info = await once(
+                f"creation of queue {body.name!r}",
+                lambda conn: queues.create_queue(
+                    conn,
+                    body.name,
+                    capacity=body.capacity,
+                    concurrency_limit=body.concurrency_limit,
+                    retention_days=body.retention_days,
+                ),
+            )
+        except QueueExists as exc:
+            raise problem(409, "queue_exists", str(exc)) from exc
+        audit("api.queue_created", body.name, org_id, request)
+        return QueueOut.from_info(info)
+
+    @router.get(
+        "/queues/{name}",
+        response_model=QueueOut,
+        responses=_answers(403, 404),
+        operation_id="get_queue",
+        summary="Read a queue",
+    )
+    async def get_queue(name: QueuePath, org_id: Admin) -> QueueOut:
+        try:
+            info = await idempotent(
+                f"read of queue {name!r}", lambda conn: queues.get_queue(conn, name)
+            )
+        except UnknownQueue as exc:
+            raise _not_found(name) from exc
+        return QueueOut.from_info(info)
+
+    @router.patch(
+        "/queues/{name}",
+        response_model=QueueOut,
+        responses=_answers(403, 404),
+        operation_id="set_queue_limits",
+        summary="Change a queue's limits",
+        description="A field left out stays as it is; null removes the limit. A capacity "
+        "below the queue's open jobs is accepted: submissions are refused until fewer "
+        "jobs than the capacity are open.",
+    )
+    async def set_queue_limits(
+        name: QueuePath, body: QueuePatch, org_id: Admin, request: Request
+    ) -> QueueOut:
+        given = body.model_fields_set
+        changes: dict[str, Any] = {
+            field: getattr(body, field) if field in given else queues.UNCHANGED
+            for field in ("capacity", "concurrency_limit", "retention_days")
+        }
+        try:
+            info = await idempotent(
+                f"change of the limits of queue {name!r}",
+                lambda conn: queues.set_queue_limits(conn, name, **changes),
+            )
+        except UnknownQueue as exc:
+            raise _not_found(name) from exc
+        if given:
+            audit(
+                "api.queue_limits_set",
+                name,
+                org_id,
+                request,
+                **{f: getattr(body, f) for f in sorted(given)},
+            )
+        return QueueOut.from_info(info)
+
+    @router.post(
+        "/queues/{name}/pause",
+        response_model=QueueOut,
+        responses=_answers(403, 404),
+        operation_id="pause_queue",
+        summary="Pause a queue",
+        description="No job of the queue is claimed from now on; running jobs finish. "
+        "Pausing a paused queue keeps its first paused_at.",
+    )
+    async def pause_queue(name: QueuePath, org_id: Admin, request: Request) -> QueueOut:
+        try:
+            info = await idempotent(
+                f"pause of queue {name!r}", lambda conn: queues.pause_queue(conn, name)
+            )
+        except UnknownQueue as exc:
+            raise _not_found(name) from exc
+        audit("api.queue_paused", name, org_id, request)
+        return QueueOut.from_info(info)
+
+    @router.post(
+        "/queues/{name}/resume",
+        response_model=QueueOut,
+        responses=_answers(403, 404),
+        operation_id="resume_queue",
+        summary="Resume a queue",
+        description="Daemons claim from the queue again, woken at once by a notification. "
+        "Resuming a queue that is not paused changes nothing.",
+    )
+    async def resume_queue(name: QueuePath, org_id: Admin, request: Request) -> QueueOut:
+        try:
+            info = await idempotent(
+                f"resume of queue {name!r}", lambda conn: queues.resume_queue(conn, name)
+            )
+        except UnknownQueue as exc:
+            raise _not_found(name) from exc
+        audit("api.queue_resumed", name, org_id, request)
+        return QueueOut.from_info(info)
+
+    @router.delete(
+        "/queues/{name}",
+        response_model=QueueDropped,
+        responses=_answers(
+            403,
+            404,
+            conflict="The queue holds open jobs (`queue_not_empty`, with `open_jobs`), or it "
+            "is the queue 'default' (`queue_protected`): nothing was deleted.",
+        ),
+        operation_id="drop_queue",
+        summary="Drop a queue",
+        description="Deletes the queue and its finished jobs (every org's), in one "
+        "transaction; refused while it holds queued, scheduled, blocked, running or "
+        "recovery_required jobs. The queue 'default' is never dropped.",
+    )
+    async def drop_queue(name: QueuePath, org_id: Admin, request: Request) -> QueueDropped:
+        if name == queues.DEFAULT_QUEUE:
+            raise problem(
+                409,
+                "queue_protected",
+                f"the queue {name!r} cannot be dropped: submissions without a queue use it; "
+                "pause it instead",
+            )
+        try:
+            deleted = await once(
+                f"drop of queue {name!r}", lambda conn: queues.drop_queue(conn, name)
+            )
+        except UnknownQueue as exc:
+            raise _not_found(name) from exc
+        except QueueNotEmpty as exc:
+            raise _not_empty(exc) from exc
+        audit("api.queue_dropped", name, org_id, request, deleted_jobs=deleted)
+        return QueueDropped(name=name, deleted_jobs=deleted)
+
+    return router
+
+
+def _not_empty(exc: QueueNotEmpty) -> Exception:
+    error = problem(409, "queue_not_empty", str(exc))
+    assert isinstance(error.detail, dict)
+    error.detail["open_jobs"] = exc.open_jobs
+    return error

@@ -1,0 +1,277 @@
+"""The ``jobsd queue`` commands: create, list, set, pause, resume and drop queues.
+
+``jobsd.cli`` attaches them with ``register(main)``. They connect like ``jobsd roles``:
+``--database-url`` or ``JOBSD_DATABASE_URL``, refused over plaintext TCP unless
+``JOBSD_ALLOW_INSECURE`` is set (then a warning line). Errors are one line on stderr
+(``jobsd: error: ...``) and exit status 1, like every jobsd command. The work itself
+is ``jobsd.queues``; semantics in docs/queues.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from jobsd.cli_errors import fail, friendly_errors
+from jobsd.errors import ConfigError, UnknownQueue
+
+if TYPE_CHECKING:
+    from jobsd.queues import QueueInfo
+
+__all__ = ["register"]
+
+T = TypeVar("T")
+
+_NONE = "none"
+_database_url_option = click.option(
+    "--database-url",
+    envvar="JOBSD_DATABASE_URL",
+    help="libpq URL of the database (JOBSD_DATABASE_URL).",
+)
+
+
+def _limit_option(flag: str, metavar: str, what: str) -> Callable[[Any], Any]:
+    return click.option(flag, default=None, metavar=metavar, help=f"{what}; 'none' for no limit.")
+
+
+_capacity = _limit_option("--capacity", "N|none", "Open jobs at most (enqueues beyond: refused)")
+_concurrency = _limit_option(
+    "--concurrency-limit",
+    "N|none",
+    "Running jobs of one concurrency key at most ('none': the default)",
+)
+_retention = _limit_option("--retention", "DAYS|none", "Days `jobsd prune` keeps finished jobs")
+
+
+def _parse_limit(flag: str, field: str, text: str | None) -> int | None:
+    """Read ``N`` or ``none`` given to ``flag``; fail with one line when it is neither."""
+    from jobsd.queues import check_limit
+
+    if text is None or text.strip().lower() == _NONE:
+        return None
+    minimum = "a positive integer" if field != "retention_days" else "an integer >= 0"
+    try:
+        return check_limit(field, int(text.strip()))
+    except ValueError:
+        fail(f"{flag} must be {minimum} (at most 2147483647) or 'none', not {text!r}")
+
+
+def _check_name(name: str) -> str:
+    from jobsd.queues import check_queue_name
+
+    try:
+        return check_queue_name(name)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _run(database_url: str | None, operation: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Check the URL like every command that connects, then run ``work(conn)`` once.
+
+    ``conn`` is an autocommit async connection; ``work`` opens its own transaction
+    where it needs one (``jobsd.queues`` does).
+    """
+    import anyio
+    import psycopg
+
+    from jobsd.security import require_secure_connection
+    from jobsd.store.db import db_errors
+
+    if not database_url:
+        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
+    insecure = require_secure_connection(database_url)
+    if insecure is not None:
+        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
+
+    async def apply() -> T:
+        with db_errors(operation):
+            async with await psycopg.AsyncConnection.connect(
+                database_url, autocommit=True, application_name="jobsd-queue"
+            ) as conn:
+                return await work(conn)
+
+    try:
+        return anyio.run(apply)
+    except UnknownQueue as exc:
+        fail(f"unknown queue {exc.queue!r} (see `jobsd queue list`)")
+    except ValueError as exc:  # e.g. dropping 'default'
+        fail(str(exc))
+
+
+def _limits(info: QueueInfo) -> list[str]:
+    """Return ``capacity=...``, ``concurrency_limit=...``, ``retention=...`` of a queue."""
+    capacity = _NONE if info.capacity is None else str(info.capacity)
+    limit = "default" if info.concurrency_limit is None else str(info.concurrency_limit)
+    retention = _NONE if info.retention_days is None else f"{info.retention_days}d"
+    return [f"capacity={capacity}", f"concurrency_limit={limit}", f"retention={retention}"]
+
+
+def _limits_text(info: QueueInfo) -> str:
+    return "  ".join(_limits(info))
+
+
+def _warn_if_full(info: QueueInfo) -> None:
+    if info.capacity is not None and info.open_jobs >= info.capacity:
+        click.echo(
+            f"jobsd: warning: queue {info.name!r} holds {info.open_jobs} open jobs, its "
+            f"capacity is {info.capacity}: enqueues are refused until fewer than "
+            f"{info.capacity} are open",
+            err=True,
+        )
+
+
+@click.group()
+def queue() -> None:
+    """Declare and administer queues: create, list, set, pause, resume, drop."""
+
+
+@queue.command("create")
+@click.argument("name")
+@_capacity
+@_concurrency
+@_retention
+@_database_url_option
+@friendly_errors
+def queue_create(
+    name: str,
+    capacity: str | None,
+    concurrency_limit: str | None,
+    retention: str | None,
+    database_url: str | None,
+) -> None:
+    """Declare queue NAME (an existing name is an error: see `jobsd queue set`)."""
+    from jobsd.queues import create_queue
+
+    _check_name(name)
+    cap = _parse_limit("--capacity", "capacity", capacity)
+    limit = _parse_limit("--concurrency-limit", "concurrency_limit", concurrency_limit)
+    days = _parse_limit("--retention", "retention_days", retention)
+    info = _run(
+        database_url,
+        f"creation of queue {name!r}",
+        lambda conn: create_queue(
+            conn, name, capacity=cap, concurrency_limit=limit, retention_days=days
+        ),
+    )
+    click.echo(f"queue {info.name!r} created  {_limits_text(info)}")
+
+
+@queue.command("set")
+@click.argument("name")
+@_capacity
+@_concurrency
+@_retention
+@_database_url_option
+@friendly_errors
+def queue_set(
+    name: str,
+    capacity: str | None,
+    concurrency_limit: str | None,
+    retention: str | None,
+    database_url: str | None,
+) -> None:
+    """Change the limits of queue NAME; those not given stay as they are.
+
+    A capacity below the queue's open jobs is accepted: enqueues are refused until
+    fewer jobs than the capacity are open.
+    """
+    from jobsd.queues import UNCHANGED, set_queue_limits
+
+    _check_name(name)
+    if capacity is None and concurrency_limit is None and retention is None:
+        fail("nothing to change: give --capacity, --concurrency-limit and/or --retention")
+    changes: dict[str, Any] = {}
+    for flag, field, text in (
+        ("--capacity", "capacity", capacity),
+        ("--concurrency-limit", "concurrency_limit", concurrency_limit),
+        ("--retention", "retention_days", retention),
+    ):
+        changes[field] = UNCHANGED if text is None else _parse_limit(flag, field, text)
+    info = _run(
+        database_url,
+        f"change of the limits of queue {name!r}",
+        lambda conn: set_queue_limits(conn, name, **changes),
+    )
+    click.echo(f"queue {info.name!r} updated  {_limits_text(info)}")
+    _warn_if_full(info)
+
+
+@queue.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per queue.")
+@_database_url_option
+@friendly_errors
+def queue_list(as_json: bool, database_url: str | None) -> None:
+    """List the queues: paused or active, limits, and open jobs by state (every org's)."""
+    from jobsd.queues import list_queues
+
+    infos = _run(database_url, "listing of the queues", list_queues)
+    if as_json:
+        for info in infos:
+            click.echo(json.dumps(info.to_json()))
+        return
+    rows = [
+        [
+            info.name,
+            "paused" if info.paused else "active",
+            *_limits(info),
+            *(f"{state}={count}" for state, count in info.depth.items()),
+        ]
+        for info in infos
+    ]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@queue.command("pause")
+@click.argument("name")
+@_database_url_option
+@friendly_errors
+def queue_pause(name: str, database_url: str | None) -> None:
+    """Stop claims from queue NAME at once; running jobs finish. Idempotent."""
+    from jobsd.queues import pause_queue
+
+    _check_name(name)
+    info = _run(database_url, f"pause of queue {name!r}", lambda conn: pause_queue(conn, name))
+    assert info.paused_at is not None
+    since = info.paused_at.isoformat(timespec="seconds")
+    click.echo(f"queue {info.name!r} paused since {since}: no new claims; running jobs finish")
+
+
+@queue.command("resume")
+@click.argument("name")
+@_database_url_option
+@friendly_errors
+def queue_resume(name: str, database_url: str | None) -> None:
+    """Let daemons claim from queue NAME again, and wake them now. Idempotent."""
+    from jobsd.queues import resume_queue
+
+    _check_name(name)
+    info = _run(database_url, f"resume of queue {name!r}", lambda conn: resume_queue(conn, name))
+    jobs = "job" if info.queued == 1 else "jobs"
+    click.echo(f"queue {info.name!r} resumed: {info.queued} queued {jobs} to claim")
+
+
+@queue.command("drop")
+@click.argument("name")
+@_database_url_option
+@friendly_errors
+def queue_drop(name: str, database_url: str | None) -> None:
+    """Delete queue NAME and its finished jobs; refused while it holds open jobs.
+
+    The queue 'default' is never dropped.
+    """
+    from jobsd.queues import drop_queue
+
+    _check_name(name)
+    deleted = _run(database_url, f"drop of queue {name!r}", lambda conn: drop_queue(conn, name))
+    jobs = "job" if deleted == 1 else "jobs"
+    click.echo(f"queue {name!r} dropped, with its {deleted} finished {jobs}")
+
+
+def register(main: click.Group) -> None:
+    """Attach ``queue`` to the ``jobsd`` command group."""
+    main.add_command(queue)
