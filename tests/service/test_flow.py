@@ -110,7 +110,7 @@ async def test_three_daemons_keep_each_key_to_its_limit_and_run_other_keys_meanw
 async def test_pause_stops_claims_at_once_and_resume_wakes_idle_daemons(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
-    await db.execute("INSERT INTO jobsd.queues (name) VALUES ('mail')")
+    await client.create_queue("mail")
     started: list[int] = []
     release = anyio.Event()
 
@@ -129,7 +129,8 @@ async def test_pause_stops_claims_at_once_and_resume_wakes_idle_daemons(
         running = await client.enqueue("send", {"n": 0}, org_id="acme", queue="mail")
         await wait_status(db, running.id, "running")
 
-        await db.execute("UPDATE jobsd.queues SET paused_at = now() WHERE name = 'mail'")
+        paused = await client.pause_queue("mail")
+        assert paused.paused_at is not None
         held = [
             await client.enqueue("send", {"n": n}, org_id="acme", queue="mail") for n in (1, 2, 3)
         ]
@@ -143,9 +144,7 @@ async def test_pause_stops_claims_at_once_and_resume_wakes_idle_daemons(
             assert (await fetch_job(db, job.id))["status"] == "queued"
         assert started == [0]
 
-        async with db.transaction():
-            await db.execute("UPDATE jobsd.queues SET paused_at = NULL WHERE name = 'mail'")
-            await db.execute("SELECT pg_notify('jobsd', 'mail')")
+        await client.resume_queue("mail")  # its NOTIFY wakes the idle daemon
         with anyio.fail_after(5):  # the poll is 30 s away
             for job in held:
                 await wait_status(db, job.id, "succeeded")
