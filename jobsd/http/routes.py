@@ -130,6 +130,8 @@ def jobs_router(
                 concurrency_key=body.concurrency_key,
                 depends_on=body.depends_on,
             )
+        except PayloadTooLarge as exc:
+            raise problem(413, "payload_too_large", str(exc)) from exc
         except InvalidPayload as exc:
             raise field_error(("body", "payload"), str(exc), "invalid_payload") from exc
         except ValueError as exc:  # e.g. a job that depends on itself

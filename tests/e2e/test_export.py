@@ -25,6 +25,7 @@ from psycopg.conninfo import make_conninfo
 
 from jobsd.roles import create_roles, drop_roles
 from jobsd.snapshot import CONTRACT, validate_snapshot, write_snapshot, write_snapshot_file
+from jobsd.store.sqlfiles import load_migrations
 
 from .conftest import REPO_ROOT, Proc, make_env, poll, run_cli
 
@@ -130,7 +131,7 @@ def test_the_snapshot_matches_the_database(db_url: str, conn: psycopg.Connection
     generated = datetime.fromisoformat(doc["generated_at"])
     assert generated.utcoffset() == timedelta(0)
     assert db_now <= generated <= db_now + timedelta(seconds=30)
-    assert doc["database"]["schema_version"] == 8
+    assert doc["database"]["schema_version"] == len(load_migrations())
     assert doc["database"]["name"] == conn.info.dbname
 
     queues = {q["name"]: q for q in doc["queues"]}

@@ -152,7 +152,8 @@ async def test_dedup_key_returns_the_pending_job(db_url: str, token_a: str, toke
         ({"type": "t", "run_after": "2030-01-01T00:00:00"}, 422, ["body", "run_after"]),
         ({"type": "t", "run_after": "0001-01-01T00:00:00+01:00"}, 422, ["body", "run_after"]),
         ({"type": "t", "id": "not-a-uuid"}, 422, ["body", "id"]),
-        ({"type": "t", "priority": 1}, 422, ["body", "priority"]),
+        ({"type": "t", "colour": 1}, 422, ["body", "colour"]),  # unknown fields
+        ({"type": "t", "priority": 1.5}, 422, ["body", "priority"]),
     ],
 )
 async def test_submit_refuses_bad_bodies_with_422(
