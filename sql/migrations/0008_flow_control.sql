@@ -181,6 +181,7 @@ SET search_path = pg_catalog, jobsd, pg_temp
 AS $$
 DECLARE
   why text;
+  released record;
 BEGIN
   PERFORM 1 FROM jobsd.jobs AS j
   WHERE j.id IN (SELECT d.job_id FROM jobsd.job_dependencies AS d WHERE d.depends_on = NEW.id)
@@ -189,15 +190,24 @@ BEGIN
   FOR UPDATE OF j;
 
   IF NEW.status = 'succeeded' THEN
-    UPDATE jobsd.jobs AS j
-    SET status = CASE WHEN j.run_after > now() THEN 'scheduled' ELSE 'queued' END,
-        reason = 'dependencies succeeded'
-    WHERE j.id IN (SELECT d.job_id FROM jobsd.job_dependencies AS d
-                   WHERE d.depends_on = NEW.id)
-      AND j.status = 'blocked'
-      AND NOT EXISTS (SELECT 1 FROM jobsd.job_dependencies AS d
-                      JOIN jobsd.jobs AS p ON p.id = d.depends_on
-                      WHERE d.job_id = j.id AND p.status <> 'succeeded');
+    -- queued ones notify through jobs_notify_requeue; a scheduled one notifies here,
+    -- so an idle daemon learns its due time now rather than at its next poll
+    FOR released IN
+      UPDATE jobsd.jobs AS j
+      SET status = CASE WHEN j.run_after > now() THEN 'scheduled' ELSE 'queued' END,
+          reason = 'dependencies succeeded'
+      WHERE j.id IN (SELECT d.job_id FROM jobsd.job_dependencies AS d
+                     WHERE d.depends_on = NEW.id)
+        AND j.status = 'blocked'
+        AND NOT EXISTS (SELECT 1 FROM jobsd.job_dependencies AS d
+                        JOIN jobsd.jobs AS p ON p.id = d.depends_on
+                        WHERE d.job_id = j.id AND p.status <> 'succeeded')
+      RETURNING j.queue, j.status
+    LOOP
+      IF released.status = 'scheduled' THEN
+        PERFORM pg_notify('jobsd', released.queue);
+      END IF;
+    END LOOP;
   ELSE
     why := format('dependency %s %s', NEW.id, NEW.status);
     UPDATE jobsd.jobs AS j

@@ -40,9 +40,18 @@ RETURNING *;
 -- having dependents and return its latest status. The UPDATE locks the rows: a
 -- dependency ending concurrently is either committed (its new status is returned)
 -- or waits for the enqueue's commit (then its trigger sees the new edges).
-UPDATE jobsd.jobs SET has_dependents = true
-WHERE id = ANY(%(ids)s::uuid[]) AND org_id = %(org_id)s
-RETURNING id, status;
+-- The lock also makes a claimer skip a queued dependency until the enqueue commits:
+-- the NOTIFY of its queue (sent at that commit) wakes the claimer that skipped it.
+WITH marked AS (
+  UPDATE jobsd.jobs SET has_dependents = true
+  WHERE id = ANY(%(ids)s::uuid[]) AND org_id = %(org_id)s
+  RETURNING id, status, queue),
+woken AS (
+  SELECT pg_notify('jobsd', w.queue)
+  FROM (SELECT DISTINCT m.queue FROM marked AS m
+        WHERE m.status IN ('queued', 'scheduled')) AS w)
+SELECT m.id, m.status, (SELECT count(*) FROM woken) AS woken_queues
+FROM marked AS m;
 
 -- name: job_dependencies_insert
 INSERT INTO jobsd.job_dependencies (job_id, depends_on, org_id)

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from dbcheck import count_jobs, history, job_row
+from dbcheck import Listener, count_jobs, history, job_row
 
 from jobsd import (
     Client,
@@ -460,3 +460,22 @@ def test_two_dependencies_ending_at_once_release_their_dependent(
         assert done.is_set()
     row = job_row(conn, d.id)
     assert row and row["status"] == "queued"
+
+
+def test_enqueueing_a_dependent_wakes_the_queue_of_a_queued_dependency(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    # The enqueue locks its dependencies: a claimer running meanwhile skips a queued
+    # one, so the commit must wake the claimers of its queue again.
+    _queue(conn, "mail")
+    with SyncClient(db_url) as client:
+        queued = client.enqueue("p", {}, org_id="o", queue="mail")
+        later = client.enqueue("p", {}, org_id="o", run_after=datetime.now(UTC) + timedelta(1))
+        listener = Listener(db_url)
+        try:
+            client.enqueue("d", {}, org_id="o", depends_on=[queued.id])
+            assert listener.collect(conn) == ["mail"]
+            client.enqueue("d", {}, org_id="o", depends_on=[later.id])
+            assert listener.collect(conn) == ["default"]
+        finally:
+            listener.close()

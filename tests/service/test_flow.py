@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
@@ -12,7 +13,15 @@ import pytest
 import jobsd
 from jobsd.registry import Registry
 
-from .conftest import ADb, fetch_job, make_settings, running_daemon, wait_status, wait_until
+from .conftest import (
+    ADb,
+    events_of,
+    fetch_job,
+    make_settings,
+    running_daemon,
+    wait_status,
+    wait_until,
+)
 from .history import assert_history_complete_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -196,3 +205,33 @@ async def test_a_dependency_chain_runs_in_order_and_a_failure_fails_what_follows
 
     await wait_until(settled, what="every job to end")
     await assert_history_complete_async(db)
+
+
+async def test_a_dependent_scheduled_for_later_starts_on_time_without_the_poll(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    starts: dict[str, datetime] = {}
+
+    @jobsd.handler("step", registry=registry)
+    async def step(ctx: jobsd.JobContext) -> None:
+        starts[ctx.payload["name"]] = datetime.now(UTC)
+
+    settings = make_settings(db_url, poll_interval=POLL_S)
+    async with running_daemon(settings, registry):
+        warm_up = await client.enqueue("step", {"name": "warm"}, org_id="acme")
+        await wait_status(db, warm_up.id, "succeeded")  # start-up rounds over: idle
+        due = datetime.now(UTC) + timedelta(seconds=1.0)
+        first = await client.enqueue("step", {"name": "first"}, org_id="acme")
+        later = await client.enqueue(
+            "step", {"name": "later"}, org_id="acme", depends_on=[first.id], run_after=due
+        )
+        await wait_status(db, later.id, "succeeded", timeout_s=5)
+    assert starts["later"] >= due
+    assert (starts["later"] - due).total_seconds() < 0.5, "started a poll interval late"
+    assert [e[1] for e in await events_of(db, later.id)] == [
+        "blocked",
+        "scheduled",
+        "queued",
+        "running",
+        "succeeded",
+    ]
