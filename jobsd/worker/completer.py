@@ -55,9 +55,11 @@ class Completer:
         *,
         worker_id: str = "",
         on_scheduled: Callable[[], None] | None = None,
+        on_key_freed: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
         self.on_scheduled = on_scheduled
+        self.on_key_freed = on_key_freed
         self.worker_id = worker_id
         self.holdings = holdings
         self.stats = stats
@@ -185,6 +187,9 @@ class Completer:
             elif job.status == "scheduled" and self.on_scheduled is not None:
                 # a retry with a back-off: let the claimer learn its due time now
                 self.on_scheduled()
+            if job.concurrency_key is not None and self.on_key_freed is not None:
+                # the next job of its key may be waiting for exactly this slot
+                self.on_key_freed()
         return discarded
 
 

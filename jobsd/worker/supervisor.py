@@ -93,6 +93,7 @@ class Daemon:
             self.hooks.submit,
             worker_id=settings.worker_id,
             on_scheduled=lambda: self.waker.wake("scheduled"),
+            on_key_freed=lambda: self.waker.wake("key"),
         )
         self.heartbeat = Heartbeat(self.pool, self.holdings, settings)
         self.sweeper = Sweeper(self.pool, settings, self.registry, self.stats, self.hooks.submit)

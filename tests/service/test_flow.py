@@ -235,3 +235,21 @@ async def test_a_dependent_scheduled_for_later_starts_on_time_without_the_poll(
         "running",
         "succeeded",
     ]
+
+
+async def test_the_next_job_of_a_key_starts_when_the_previous_ends_not_at_the_poll(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    @jobsd.handler("crawl", registry=registry)
+    async def crawl(ctx: jobsd.JobContext) -> None:
+        return None
+
+    jobs = [  # all there before the daemon starts: no NOTIFY comes later
+        await client.enqueue("crawl", {"n": n}, org_id="acme", concurrency_key="site:1")
+        for n in range(3)
+    ]
+    settings = make_settings(db_url, poll_interval=POLL_S)
+    async with running_daemon(settings, registry):
+        with anyio.fail_after(5):  # one key, limit 1: three rounds, no poll in 30 s
+            for job in jobs:
+                await wait_status(db, job.id, "succeeded")
