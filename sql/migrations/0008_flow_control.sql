@@ -108,6 +108,15 @@ DECLARE
   cap integer;
   open_jobs bigint;
 BEGIN
+  -- the common case, a job without a key into a queue without a capacity: one query
+  IF NOT EXISTS (
+    SELECT 1 FROM new_jobs AS n
+    WHERE n.concurrency_key IS NOT NULL
+       OR EXISTS (SELECT 1 FROM jobsd.queues AS qs
+                  WHERE qs.name = n.queue AND qs.capacity IS NOT NULL)) THEN
+    RETURN NULL;
+  END IF;
+
   FOR q IN
     SELECT qs.name FROM jobsd.queues AS qs
     WHERE qs.capacity IS NOT NULL
