@@ -377,9 +377,10 @@ def notify(switch: str) -> None:
 
 
 def _register_extensions() -> None:
-    from jobsd import http_cli, roles_cli
+    from jobsd import http_cli, retention_cli, roles_cli
 
     http_cli.register(main)
+    retention_cli.register(main)
     roles_cli.register(main)
 
 
