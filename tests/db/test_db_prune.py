@@ -88,16 +88,19 @@ async def test_spared_types_stay_whatever_the_policies(
         make_job(conn, now, type="audit", queue="keep", days=100),
     }
     gone = make_job(conn, now, type="mail", days=100)
+    recent = make_job(conn, now, type="audit", days=0.01)
 
     # a type retention for a spared type does not apply either: spared wins
     report = await _prune(
         aconn, now, spare_types=["audit", "ledger"], type_retention={"audit": 0, "mail": 7}
     )
 
-    assert job_ids(conn) == spared
+    assert job_ids(conn) == spared | {recent}
     assert gone not in job_ids(conn)
     assert report.spare_types == ("audit", "ledger")
     assert report.total == 1
+    # nor does it move the newest cutoff: ids younger than a day are not even read
+    assert report.scanned == 4
 
 
 async def test_type_retention_overrides_the_queue_policy(
