@@ -225,7 +225,11 @@ async def _prune(
     if report.total and not dry_run:
         log.info(
             "retention.pruned",
-            extra={"deleted": report.total, "per_queue": report.deleted, "s": report.seconds},
+            extra={
+                "deleted": report.total,
+                "per_queue": report.deleted,
+                "duration_s": round(report.seconds, 3),
+            },
         )
     return report
 
