@@ -14,7 +14,8 @@ walked ranges, however many batches, and no statement reads more than ``batch_si
 rows. It skips the ids of jobs created between the newest cutoff (plus an hour of
 clock skew) and now (plus an hour): none of them can be due. Ids outside that window
 are all walked, so a job whose id was chosen by a client out of time order (a UUIDv4,
-say) is found too, at worst one retention period late, never early.
+say) is found too, at worst one retention period late, never early; ``full_scan``
+walks every id.
 
 Each batch of candidates is deleted in its own short transaction, with ``FOR UPDATE
 SKIP LOCKED``: a concurrent prune, or an insert whose foreign key names the job, is
@@ -107,6 +108,7 @@ async def prune(
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     now: datetime | None = None,
+    full_scan: bool = False,
 ) -> PruneReport:
     """Delete terminal jobs older than their policy, one short transaction per batch.
 
@@ -114,6 +116,8 @@ async def prune(
     each batch commits on its own. ``type_retention`` maps a type to days (>= 0) and
     overrides its queue's policy, also in queues that keep jobs forever; a spared type
     is never deleted. ``now`` pins the clock (tests); by default the database's.
+    ``full_scan`` reads every id, also those of recently created jobs (see the module
+    docstring): for jobs whose ids are younger than they are (imported, say).
     The role must see every org's jobs: the owner role or a superuser.
     """
     spared = _check_types(spare_types)
@@ -127,8 +131,8 @@ async def prune(
     if isinstance(target, AsyncConnectionPool):
         with db_errors("prune"):
             async with target.connection() as conn:
-                return await _prune(conn, spared, by_type, dry_run, batch_size, now)
-    return await _prune(target, spared, by_type, dry_run, batch_size, now)
+                return await _prune(conn, spared, by_type, dry_run, batch_size, now, full_scan)
+    return await _prune(target, spared, by_type, dry_run, batch_size, now, full_scan)
 
 
 def _check_types(types: Iterable[str]) -> tuple[str, ...]:
@@ -161,6 +165,7 @@ async def _prune(
     dry_run: bool,
     batch_size: int,
     now: datetime | None,
+    full_scan: bool,
 ) -> PruneReport:
     if conn.info.transaction_status != TransactionStatus.IDLE:
         raise ConfigError("prune commits each batch on its own: call it outside a transaction")
@@ -188,7 +193,7 @@ async def _prune(
     counts: Counter[str] = Counter({q: 0 for q in by_queue})
     batches = scanned = 0
     newest = max([*queue_cutoffs.values(), *type_cutoffs.values()], default=None)
-    for low, high in _id_ranges(newest, clock):
+    for low, high in _id_ranges(newest, clock, full_scan):
         start: uuid.UUID | None = low
         while start is not None:
             with db_errors("prune: scanning for old jobs"):
@@ -266,14 +271,19 @@ def _cutoff(now: datetime, days: int) -> datetime:
         return _OLDEST
 
 
-def _id_ranges(newest_cutoff: datetime | None, now: datetime) -> list[tuple[uuid.UUID, uuid.UUID]]:
+def _id_ranges(
+    newest_cutoff: datetime | None, now: datetime, full_scan: bool = False
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
     """Return the id ranges (inclusive) where due jobs can be: all but the recent ids.
 
-    No policy at all: nothing. Otherwise everything except the UUIDv7 ids made after
-    the newest cutoff and before now (both plus the allowed clock skew).
+    No policy at all: nothing. A full scan: every id. Otherwise every id except the
+    UUIDv7 ids made after the newest cutoff and before now (both plus the allowed
+    clock skew).
     """
     if newest_cutoff is None:
         return []
+    if full_scan:
+        return [(_MIN_ID, _MAX_ID)]
     low_end = _v7_last(newest_cutoff + ID_CLOCK_SKEW)
     high_start = _v7_first(now + ID_CLOCK_SKEW)
     if low_end.int + 1 >= high_start.int:

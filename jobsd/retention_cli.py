@@ -78,6 +78,12 @@ def parse_batch_size(text: str) -> int:
     metavar="N",
     help="Jobs per batch; each batch is one short transaction.",
 )
+@click.option(
+    "--full-scan",
+    is_flag=True,
+    help="Read every job id, also those of jobs created after the newest cutoff "
+    "(jobs imported with new ids); reads the whole table once.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--database-url",
@@ -90,6 +96,7 @@ def prune(
     type_retention: tuple[str, ...],
     dry_run: bool,
     batch_size: str,
+    full_scan: bool,
     as_json: bool,
     database_url: str | None,
 ) -> None:
@@ -131,6 +138,7 @@ def prune(
                     type_retention=policies,
                     dry_run=dry_run,
                     batch_size=size,
+                    full_scan=full_scan,
                 )
 
     report = anyio.run(apply)

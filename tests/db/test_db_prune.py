@@ -9,7 +9,15 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from prunekit import NON_TERMINAL, TERMINAL, event_counts, job_ids, make_job, set_retention
+from prunekit import (
+    NON_TERMINAL,
+    TERMINAL,
+    event_counts,
+    job_ids,
+    make_job,
+    set_retention,
+    v7_at,
+)
 from psycopg import sql
 
 from jobsd.errors import ConfigError
@@ -219,6 +227,28 @@ async def test_jobs_with_ids_out_of_time_order_are_found(
 
     assert job_ids(conn) == {kept}
     assert report.total == len(edge_ids)
+
+
+async def test_recent_ids_are_skipped_unless_full_scan(
+    conn: Conn, aconn: AConn, now: datetime
+) -> None:
+    """A job created (by its id) after the newest cutoff cannot be due and is not read;
+    one whose id is younger than its finished_at (imported, say) goes with full_scan."""
+    set_retention(conn, "default", 30)
+    old = make_job(conn, now, days=40)
+    imported = make_job(conn, now, days=40, job_id=v7_at(now - timedelta(days=2)))
+    recent = make_job(conn, now, days=2)
+
+    first = await _prune(aconn, now)
+
+    assert first.total == 1 and job_ids(conn) == {imported, recent}
+    assert first.scanned == 1, "the two recent ids are not read"
+
+    full = await _prune(aconn, now, full_scan=True)
+
+    assert full.total == 1 and job_ids(conn) == {recent}
+    assert full.scanned == 2
+    assert old not in event_counts(conn) and imported not in event_counts(conn)
 
 
 @pytest.mark.parametrize(

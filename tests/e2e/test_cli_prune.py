@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from prunekit import event_counts, job_ids, make_job, set_retention
+from prunekit import event_counts, job_ids, make_job, set_retention, v7_at
 
 from .conftest import make_env, run_cli
 
@@ -83,6 +83,27 @@ def test_prune_summarises_dry_run_then_deletes_only_due_jobs(
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[-1].startswith("deleted 0 jobs (")
     assert job_ids(conn) == kept
+
+
+def test_full_scan_finds_a_job_whose_id_is_younger_than_it(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    now = datetime.now(UTC)
+    set_retention(conn, "default", 30)
+    imported = make_job(conn, now, days=40, job_id=v7_at(now - timedelta(days=1)))
+    env = make_env(db_url)
+
+    plain = run_cli("prune", "--json", env=env)
+
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["total"] == 0
+    assert job_ids(conn) == {imported}
+
+    full = run_cli("prune", "--json", "--full-scan", env=env)
+
+    assert full.returncode == 0, full.stderr
+    assert json.loads(full.stdout)["deleted"] == {"default": 1}
+    assert job_ids(conn) == set()
 
 
 @pytest.mark.parametrize(
