@@ -35,9 +35,7 @@ def parse_type_retention(specs: tuple[str, ...]) -> dict[str, int]:
                 f"--type-retention {spec!r}: use TYPE=DAYS, e.g. --type-retention report=7"
             )
         if not _DAYS.match(days):
-            raise ConfigError(
-                f"--type-retention {spec!r}: DAYS must be a whole number of days >= 0"
-            )
+            raise ConfigError(f"--type-retention {spec!r}: DAYS must be a whole number >= 0")
         if name in policies and policies[name] != int(days):
             raise ConfigError(f"--type-retention: type {name!r} is given twice")
         policies[name] = int(days)

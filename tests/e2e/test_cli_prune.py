@@ -109,8 +109,8 @@ def test_full_scan_finds_a_job_whose_id_is_younger_than_it(
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["--type-retention", "report=-1"], ["'report=-1'", "whole number of days >= 0"]),
-        (["--type-retention", "report=1.5"], ["whole number of days"]),
+        (["--type-retention", "report=-1"], ["'report=-1'", "DAYS must be a whole number >= 0"]),
+        (["--type-retention", "report=1.5"], ["'report=1.5'", "whole number >= 0"]),
         (["--type-retention", "report"], ["use TYPE=DAYS"]),
         (["--type-retention", "=7"], ["use TYPE=DAYS"]),
         (["--type-retention", "a=1", "--type-retention", "a=2"], ["given twice"]),
