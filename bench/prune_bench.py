@@ -65,14 +65,16 @@ UPDATE jobsd.queues SET retention_days = 30 WHERE name = 'default';
 # The baseline a prune must not be: each batch looks for due jobs with a sequential
 # scan from the start of the table (there is no index on finished_at), so batch k
 # reads past the dead rows of the k-1 batches before it.
-NAIVE_SQL = """
-DELETE FROM jobsd.jobs WHERE id IN (
-  SELECT id FROM jobsd.jobs
-  WHERE status IN ('succeeded', 'failed', 'cancelled')
-    AND finished_at < now() - interval '30 days'
-    AND type <> ALL(%(spared)s::text[])
-  LIMIT %(limit)s)
+NAIVE_SEARCH_SQL = """
+SELECT id FROM jobsd.jobs
+WHERE status IN ('succeeded', 'failed', 'cancelled')
+  AND finished_at < now() - interval '30 days'
+  AND type <> ALL(%(spared)s::text[])
+LIMIT %(limit)s
 """
+NAIVE_SQL = f"DELETE FROM jobsd.jobs WHERE id IN ({NAIVE_SEARCH_SQL})"
+# how often the naive baseline's search is looked at with EXPLAIN (ANALYZE, BUFFERS)
+NAIVE_PROBE_EVERY = 10
 
 
 @dataclass(slots=True)
@@ -227,21 +229,44 @@ async def run_naive(
     """Delete with the naive statement until nothing is due or ``cap_s`` has passed."""
     lsn, pg = wal_lsn(url), server.cpu_s()
     t0 = time.perf_counter()
+    probing_s = 0.0
+    probes: list[tuple[int, float, int]] = []  # batch, ms, pages
+    params = {"limit": figure.batch, "spared": spared}
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        while time.perf_counter() - t0 < cap_s:
+        while time.perf_counter() - t0 - probing_s < cap_s:
+            if len(figure.statements["naive delete"]) % NAIVE_PROBE_EVERY == 0:
+                t = time.perf_counter()
+                probes.append(await probe_search(conn, params, len(probes) * NAIVE_PROBE_EVERY))
+                probing_s += time.perf_counter() - t
             t = time.perf_counter()
-            params = {"limit": figure.batch, "spared": spared}
             cur = await conn.execute(NAIVE_SQL, params)
             figure.statements["naive delete"].append(time.perf_counter() - t)
             figure.due += cur.rowcount
             if cur.rowcount < figure.batch:
                 break
         else:
-            figure.note = f"stopped after {cap_s:.0f} s"
-        figure.seconds = time.perf_counter() - t0
+            figure.note = f"stopped after {cap_s:.0f} s; "
+        figure.seconds = time.perf_counter() - t0 - probing_s
         after = server.cpu_s()
     figure.wal_bytes = wal_lsn(url) - lsn
     figure.pg_cpu_s = after - pg if after is not None and pg is not None else None
+    (b0, ms0, pages0), (b1, ms1, pages1) = probes[0], probes[-1]
+    figure.note += (
+        f"search of batch {b0 + 1}: {ms0:,.0f} ms, {pages0:,} pages; "
+        f"of batch {b1 + 1}: {ms1:,.0f} ms, {pages1:,} pages"
+    )
+
+
+async def probe_search(
+    conn: psycopg.AsyncConnection[Any], params: dict[str, Any], batch: int
+) -> tuple[int, float, int]:
+    """Return the naive search's time and pages read (EXPLAIN ANALYZE), without deleting."""
+    cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + NAIVE_SEARCH_SQL, params)
+    row = await cur.fetchone()
+    assert row is not None
+    plan = row[0][0]
+    pages = plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
+    return batch, float(plan["Execution Time"]), int(pages)
 
 
 async def run_cases(args: argparse.Namespace, server: BenchServer, copies: Copies) -> list[Figure]:
