@@ -365,6 +365,18 @@ async def test_a_pool_works_as_well_as_a_connection(conn: Conn, db_url: str, now
     assert report.total == 1 and job_ids(conn) == set()
 
 
+async def test_a_connection_without_autocommit_commits_each_batch(
+    conn: Conn, db_url: str, now: datetime
+) -> None:
+    set_retention(conn, "default", 1)
+    for i in range(3):
+        make_job(conn, now, days=5 + i)
+    async with await psycopg.AsyncConnection.connect(db_url) as manual:
+        report = await prune(manual, now=now, batch_size=2)
+        assert manual.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert report.total == 3 and job_ids(conn) == set()
+
+
 async def test_the_database_clock_is_used_by_default(conn: Conn, aconn: AConn) -> None:
     real_now = datetime.now(UTC)
     set_retention(conn, "default", 1)
