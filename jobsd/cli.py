@@ -406,11 +406,12 @@ def notify(switch: str) -> None:
 
 
 def _register_extensions() -> None:
-    from jobsd import export_cli, http_cli, queue_cli, roles_cli
+    from jobsd import export_cli, http_cli, queue_cli, retention_cli, roles_cli
 
     export_cli.register(main)
     http_cli.register(main)
     queue_cli.register(main)
+    retention_cli.register(main)
     roles_cli.register(main)
 
 

@@ -93,3 +93,47 @@ def test_systemd_analyze_verify(unit: str, as_name: str, tmp_path: Path) -> None
     # warnings (unknown keys, bad values) go to stderr with exit status 0: none allowed
     ours = [line for line in output.splitlines() if as_name in line or str(tmp_path) in line]
     assert result.returncode == 0 and not ours, output
+
+
+PRUNE_UNITS = ("jobsd-prune.service", "jobsd-prune.timer")
+
+
+def test_prune_units_say_what_docs_retention_says() -> None:
+    s = _settings("jobsd-prune.service")
+    assert s["Type"] == ["oneshot"]
+    assert s["ExecStart"] == [f"{INSTALLED_JOBSD} prune $PRUNE_OPTIONS"]
+    # the daemons' settings, then the prune's (the owner role's URL) winning
+    assert s["EnvironmentFile"] == ["/etc/jobsd/jobsd.env", "/etc/jobsd/jobsd-prune.env"]
+    assert s["User"] == ["jobsd"] and s["Group"] == ["jobsd"]
+    assert parse_duration(s["TimeoutStartSec"][0]) >= 3600
+    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "PrivateDevices"):
+        assert s[key] == ["yes"], key
+    assert s["ProtectSystem"] == ["strict"]
+    assert s["CapabilityBoundingSet"] == [""]
+    t = _settings("jobsd-prune.timer")
+    assert t["OnCalendar"] and t["Persistent"] == ["true"]
+    assert "Unit" not in t, "the timer starts the service of its own name"
+    assert t["WantedBy"] == ["timers.target"]
+
+
+def test_systemd_analyze_verify_prune_units(tmp_path: Path) -> None:
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed (Debian: apt-get install systemd)")
+    script = Path(sys.executable).parent / "jobsd"
+    if not script.exists():
+        pytest.skip(f"no installed jobsd script beside {sys.executable}")
+    # the timer needs its service beside it
+    for unit in PRUNE_UNITS:
+        text = (SYSTEMD_DIR / unit).read_text().replace(INSTALLED_JOBSD, str(script))
+        (tmp_path / unit).write_text(text)
+    result = subprocess.run(
+        [tool, "verify", *(str(tmp_path / unit) for unit in PRUNE_UNITS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = (result.stdout + result.stderr).strip()
+    ours = [line for line in output.splitlines() if str(tmp_path) in line or "jobsd-prune" in line]
+    assert result.returncode == 0 and not ours, output

@@ -1,0 +1,314 @@
+"""Delete terminal jobs older than their retention policy (``jobsd prune``).
+
+The policy of a job, first match wins: its type is spared (never deleted); its type has
+a retention (``type_retention``); its queue has one (``jobsd.queues.retention_days``);
+else it is kept forever. A job goes when it is terminal (succeeded, failed, cancelled)
+and finished more than that many days (of 24 hours) before the prune started. Its
+``job_events`` and ``job_dependencies`` rows go with it (ON DELETE CASCADE).
+
+How candidates are found. Job ids are UUIDv7: their first 48 bits are the creation
+time in milliseconds, and a job that finished before a cutoff was created before it.
+The prune walks the primary key in id order, ``batch_size`` index entries per
+statement, each statement starting where the last one stopped: one pass over the
+walked ranges, however many batches, and no statement reads more than ``batch_size``
+rows. It skips the ids of jobs created between the newest cutoff (plus an hour of
+clock skew) and now (plus an hour): none of them can be due. Ids outside that window
+are all walked, so a job whose id was chosen by a client out of time order (a UUIDv4,
+say) is found too, at worst one retention period late, never early; ``full_scan``
+walks every id.
+
+Each batch of candidates is deleted in its own short transaction, with ``FOR UPDATE
+SKIP LOCKED``: a concurrent prune, or an insert whose foreign key names the job, is
+never waited for; what is skipped goes on the next run. Running daemons never touch a
+terminal job. Idempotent: a second prune finds what the first left.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+from jobsd.errors import ConfigError
+from jobsd.store.db import db_errors
+from jobsd.store.queries import run_named
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "MAX_BATCH_SIZE",
+    "PruneReport",
+    "prune",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 5000
+MAX_BATCH_SIZE = 100_000
+# How far the clock that made a job id may be ahead of the database's, and still the
+# job is found on time.
+ID_CLOCK_SKEW = timedelta(hours=1)
+
+_MIN_ID = uuid.UUID(int=0)
+_MAX_ID = uuid.UUID(int=(1 << 128) - 1)
+_OLDEST = datetime(1, 1, 2, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What a prune deleted (or, in a dry run, would delete), per queue."""
+
+    deleted: dict[str, int]
+    dry_run: bool
+    seconds: float
+    now: datetime
+    """The time the policy was measured from (the database's clock at the start)."""
+    batches: int = 0
+    """Statements that read the primary key (each at most ``batch_size`` rows)."""
+    scanned: int = 0
+    """Index entries read: the cost of the prune."""
+    queue_retention: dict[str, int | None] = field(default_factory=dict)
+    type_retention: dict[str, int] = field(default_factory=dict)
+    spare_types: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        """Return the jobs deleted (or due, in a dry run) over all queues."""
+        return sum(self.deleted.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data."""
+        return {
+            "dry_run": self.dry_run,
+            "now": self.now.isoformat(),
+            "deleted": dict(self.deleted),
+            "total": self.total,
+            "seconds": round(self.seconds, 3),
+            "batches": self.batches,
+            "scanned": self.scanned,
+            "queue_retention_days": dict(self.queue_retention),
+            "type_retention_days": dict(self.type_retention),
+            "spare_types": list(self.spare_types),
+        }
+
+
+async def prune(
+    target: psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any],
+    *,
+    spare_types: Iterable[str] = (),
+    type_retention: Mapping[str, int] | None = None,
+    dry_run: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    now: datetime | None = None,
+    full_scan: bool = False,
+) -> PruneReport:
+    """Delete terminal jobs older than their policy, one short transaction per batch.
+
+    ``target`` is a pool or a connection outside any transaction (autocommit or idle):
+    each batch commits on its own. ``type_retention`` maps a type to days (>= 0) and
+    overrides its queue's policy, also in queues that keep jobs forever; a spared type
+    is never deleted. ``now`` pins the clock (tests); by default the database's.
+    ``full_scan`` reads every id, also those of recently created jobs (see the module
+    docstring): for jobs whose ids are younger than they are (imported, say).
+    The role must see every org's jobs: the owner role or a superuser.
+    """
+    spared = _check_types(spare_types)
+    by_type = _check_type_retention(type_retention or {})
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise ConfigError(f"batch size must be a whole number, got {batch_size!r}")
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ConfigError(f"batch size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+    if now is not None and now.tzinfo is None:
+        raise ConfigError("now must be timezone-aware")
+    if isinstance(target, AsyncConnectionPool):
+        with db_errors("prune"):
+            async with target.connection() as conn:
+                return await _prune(conn, spared, by_type, dry_run, batch_size, now, full_scan)
+    return await _prune(target, spared, by_type, dry_run, batch_size, now, full_scan)
+
+
+def _check_types(types: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(types, str):
+        raise ConfigError("spare_types must be a collection of type names, not one string")
+    names = tuple(dict.fromkeys(types))
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a spared type must be a non-empty name, got {name!r}")
+    return names
+
+
+def _check_type_retention(given: Mapping[str, int]) -> dict[str, int]:
+    checked: dict[str, int] = {}
+    for name, days in given.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a type retention needs a non-empty type name, got {name!r}")
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise ConfigError(
+                f"retention of type {name!r} must be a whole number of days >= 0, got {days!r}"
+            )
+        checked[name] = days
+    return checked
+
+
+async def _prune(
+    conn: psycopg.AsyncConnection[Any],
+    spared: tuple[str, ...],
+    by_type: dict[str, int],
+    dry_run: bool,
+    batch_size: int,
+    now: datetime | None,
+    full_scan: bool,
+) -> PruneReport:
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise ConfigError("prune commits each batch on its own: call it outside a transaction")
+    started = time.perf_counter()
+    with db_errors("prune: reading the retention policies"):
+        rows = await _run(conn, "queues_retention", {"now": now})
+    first = rows[0]
+    _check_role(first, dry_run)
+    clock: datetime = first["now"]
+    by_queue: dict[str, int | None] = {
+        r["name"]: r["retention_days"] for r in rows if r["name"] is not None
+    }
+    # a spared type's retention never applies: leave it out of the cutoffs
+    effective_types = {t: d for t, d in by_type.items() if t not in spared}
+    queue_cutoffs = {q: _cutoff(clock, d) for q, d in by_queue.items() if d is not None}
+    type_cutoffs = {t: _cutoff(clock, d) for t, d in effective_types.items()}
+    params: dict[str, Any] = {
+        "spare_types": list(spared),
+        "types": list(type_cutoffs),
+        "type_cutoffs": list(type_cutoffs.values()),
+        "queues": list(queue_cutoffs),
+        "queue_cutoffs": list(queue_cutoffs.values()),
+        "limit": batch_size,
+    }
+    counts: Counter[str] = Counter({q: 0 for q in by_queue})
+    batches = scanned = 0
+    newest = max([*queue_cutoffs.values(), *type_cutoffs.values()], default=None)
+    for low, high in _id_ranges(newest, clock, full_scan):
+        start: uuid.UUID | None = low
+        while start is not None:
+            with db_errors("prune: scanning for old jobs"):
+                found = await _run(
+                    conn, "jobs_prune_scan", {**params, "from_id": start, "through_id": high}
+                )
+            batches += 1
+            row = found[0]
+            scanned += row["scanned"]
+            ids: list[uuid.UUID] = row["ids"]
+            if ids:
+                if dry_run:
+                    counts.update(row["queues"])
+                else:
+                    with db_errors(f"prune: deleting a batch of {len(ids)} jobs"):
+                        gone = await _run(conn, "jobs_prune_delete", {"ids": ids})
+                    counts.update({g["queue"]: g["deleted"] for g in gone})
+            log.debug(
+                "retention.batch",
+                extra={"scanned": row["scanned"], "due": len(ids), "dry_run": dry_run},
+            )
+            start = _next_start(row["last_id"], row["scanned"], batch_size, high)
+    report = PruneReport(
+        deleted=dict(sorted(counts.items())),
+        dry_run=dry_run,
+        seconds=time.perf_counter() - started,
+        now=clock,
+        batches=batches,
+        scanned=scanned,
+        queue_retention=by_queue,
+        type_retention=by_type,
+        spare_types=spared,
+    )
+    if report.total and not dry_run:
+        log.info(
+            "retention.pruned",
+            extra={
+                "deleted": report.total,
+                "per_queue": report.deleted,
+                "duration_s": round(report.seconds, 3),
+            },
+        )
+    return report
+
+
+async def _run(
+    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Run one statement as its own transaction, on an autocommit connection or not."""
+    if conn.autocommit:
+        return await run_named(conn, name, params)
+    async with conn.transaction():
+        return await run_named(conn, name, params)
+
+
+def _check_role(row: Mapping[str, Any], dry_run: bool) -> None:
+    role = row["role"]
+    if row["rls_active"]:
+        raise ConfigError(
+            f"role {role!r} is subject to row-level security on jobsd.jobs and would see "
+            "one org's jobs only: prune as the owner role (jobsd roles create) or a superuser"
+        )
+    if not dry_run and not row["may_delete"]:
+        raise ConfigError(
+            f"role {role!r} may not delete from jobsd.jobs: "
+            "prune as the owner role (jobsd roles create) or a superuser"
+        )
+
+
+def _cutoff(now: datetime, days: int) -> datetime:
+    """Return ``now`` minus ``days`` of 24 hours (the year 1 for absurdly long policies)."""
+    try:
+        return max(now - timedelta(days=days), _OLDEST)
+    except OverflowError:
+        return _OLDEST
+
+
+def _id_ranges(
+    newest_cutoff: datetime | None, now: datetime, full_scan: bool = False
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Return the id ranges (inclusive) where due jobs can be: all but the recent ids.
+
+    No policy at all: nothing. A full scan: every id. Otherwise every id except the
+    UUIDv7 ids made after the newest cutoff and before now (both plus the allowed
+    clock skew).
+    """
+    if newest_cutoff is None:
+        return []
+    if full_scan:
+        return [(_MIN_ID, _MAX_ID)]
+    low_end = _v7_last(newest_cutoff + ID_CLOCK_SKEW)
+    high_start = _v7_first(now + ID_CLOCK_SKEW)
+    if low_end.int + 1 >= high_start.int:
+        return [(_MIN_ID, _MAX_ID)]
+    return [(_MIN_ID, low_end), (high_start, _MAX_ID)]
+
+
+def _unix_ms(moment: datetime) -> int:
+    return max(0, int(moment.timestamp() * 1000))
+
+
+def _v7_first(moment: datetime) -> uuid.UUID:
+    """Return the smallest id of the millisecond ``moment`` falls in."""
+    return uuid.UUID(int=_unix_ms(moment) << 80)
+
+
+def _v7_last(moment: datetime) -> uuid.UUID:
+    """Return the largest id of the millisecond ``moment`` falls in."""
+    return uuid.UUID(int=((_unix_ms(moment) + 1) << 80) - 1)
+
+
+def _next_start(
+    last_id: uuid.UUID | None, scanned: int, batch_size: int, high: uuid.UUID
+) -> uuid.UUID | None:
+    """Return where the next batch starts, or None when the range is read to its end."""
+    if last_id is None or scanned < batch_size or last_id.int >= high.int:
+        return None
+    return uuid.UUID(int=last_id.int + 1)
