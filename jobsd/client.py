@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Self
@@ -267,12 +267,21 @@ def enqueue_plan(spec: JobSpec) -> Plan:
     )
 
 
-async def run_plan(conn: psycopg.AsyncConnection[Any], plan: Plan, operation: str) -> Job:
-    """Drive a plan on an async connection."""
+# Runs one named statement of a plan: queries.run_named, or the API's org-scoped runner.
+Execute = Callable[[psycopg.AsyncConnection[Any], str, dict[str, Any]], Awaitable[list[Any]]]
+
+
+async def run_plan(
+    conn: psycopg.AsyncConnection[Any],
+    plan: Plan,
+    operation: str,
+    execute: Execute = queries.run_named,
+) -> Job:
+    """Drive a plan on an async connection, each statement through ``execute``."""
     with db_errors(operation):
         statement = next(plan)
         while True:
-            rows = await queries.run_named(conn, statement.name, statement.params)
+            rows = await execute(conn, statement.name, statement.params)
             try:
                 statement = plan.send(rows)
             except StopIteration as done:
@@ -291,17 +300,22 @@ def run_plan_sync(conn: psycopg.Connection[Any], plan: Plan, operation: str) -> 
                 return done.value  # type: ignore[no-any-return]
 
 
-async def run_enqueue(conn: psycopg.AsyncConnection[Any], spec: JobSpec, operation: str) -> Job:
+async def run_enqueue(
+    conn: psycopg.AsyncConnection[Any],
+    spec: JobSpec,
+    operation: str,
+    execute: Execute = queries.run_named,
+) -> Job:
     """Drive the enqueue plan of ``spec``: in one transaction when it writes more than once.
 
     On a connection already in a transaction that is a savepoint; on jobsd's own
     autocommit connections it is a transaction of its own.
     """
     if not spec.depends_on:
-        return await run_plan(conn, enqueue_plan(spec), operation)
+        return await run_plan(conn, enqueue_plan(spec), operation, execute)
     with db_errors(operation):
         async with conn.transaction():
-            return await run_plan(conn, enqueue_plan(spec), operation)
+            return await run_plan(conn, enqueue_plan(spec), operation, execute)
 
 
 def run_enqueue_sync(conn: psycopg.Connection[Any], spec: JobSpec, operation: str) -> Job:

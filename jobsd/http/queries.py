@@ -56,8 +56,10 @@ async def run_for_org(
     ``api_set_org``, the ``before`` statements and the query are pipelined and
     followed by one Sync: Postgres runs them in one implicit transaction, which
     commits at the Sync. The transaction-local setting ends with it, so a pooled
-    connection never carries an org into the next request. ``conn`` must be idle
-    (autocommit, no transaction open); any error rolls all of it back.
+    connection never carries an org into the next request. ``conn`` is idle
+    (autocommit, no transaction open), or inside a transaction the caller opened
+    (an enqueue with dependencies): then the setting lasts until that transaction
+    ends. Any error rolls all of it back.
     """
     if not org_id:
         raise ValueError("org must be a non-empty string")

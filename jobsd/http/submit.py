@@ -14,13 +14,15 @@ outcome stays unknown the caller hears so (``OutcomeUnknown``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 
-from jobsd.client import JobSpec, enqueue_plan
+from jobsd.client import JobSpec, run_enqueue
 from jobsd.errors import BackendUnavailable, OutcomeUnknown
 from jobsd.http.queries import run_for_org
 from jobsd.models import Job
-from jobsd.store.db import AsyncConn, AsyncPool, acquire, db_errors
+from jobsd.store.db import AsyncConn, AsyncPool, acquire
 
 __all__ = ["submit"]
 
@@ -56,20 +58,7 @@ async def submit(pool: AsyncPool, spec: JobSpec) -> Job:
 
 
 async def _run(conn: AsyncConn, spec: JobSpec, operation: str) -> Job:
-    if spec.depends_on:  # several writes: one transaction (see enqueue_plan)
-        with db_errors(operation):
-            async with conn.transaction():
-                return await _drive(conn, spec, operation)
-    return await _drive(conn, spec, operation)
+    async def scoped(c: AsyncConn, name: str, params: dict[str, Any]) -> list[Any]:
+        return await run_for_org(c, spec.org_id, name, params)
 
-
-async def _drive(conn: AsyncConn, spec: JobSpec, operation: str) -> Job:
-    plan = enqueue_plan(spec)
-    with db_errors(operation):
-        statement = next(plan)
-        while True:
-            rows = await run_for_org(conn, spec.org_id, statement.name, statement.params)
-            try:
-                statement = plan.send(rows)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+    return await run_enqueue(conn, spec, operation, scoped)
