@@ -9,7 +9,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["INITIAL_STATES", "TERMINAL_STATES", "TRANSITIONS", "Job", "JobEvent", "JobStatus"]
+__all__ = [
+    "INITIAL_STATES",
+    "QUEUE_NAME_PATTERN",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "Job",
+    "JobEvent",
+    "JobStatus",
+]
+
+
+# The CHECK constraint of jobsd.queues.name (migration 0001).
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$"
 
 
 class JobStatus(enum.StrEnum):

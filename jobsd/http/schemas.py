@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from jobsd.models import Job, JobStatus
+from jobsd.models import QUEUE_NAME_PATTERN, Job, JobStatus
 
 __all__ = [
     "QUEUE_PATTERN",
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 # the CHECK constraint of jobsd.queues.name
-QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$"
+QUEUE_PATTERN = QUEUE_NAME_PATTERN
 
 
 def pg_text(value: str) -> str:
