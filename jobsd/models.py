@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "INITIAL_STATES",
+    "OPEN_STATES",
     "QUEUE_NAME_PATTERN",
     "TERMINAL_STATES",
     "TRANSITIONS",
@@ -43,6 +44,9 @@ class JobStatus(enum.StrEnum):
 
 
 TERMINAL_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+# The states of a job not yet ended, in the machine's order: what a queue's depth,
+# its capacity and a snapshot count.
+OPEN_STATES: tuple[str, ...] = tuple(str(s) for s in JobStatus if s not in TERMINAL_STATES)
 
 INITIAL_STATES = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.BLOCKED})
 

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from jobsd.errors import QueueExists, QueueNotEmpty, UnknownQueue
-from jobsd.models import QUEUE_NAME_PATTERN
+from jobsd.models import OPEN_STATES, QUEUE_NAME_PATTERN
 from jobsd.store.db import db_errors
 from jobsd.store.queries import run_named
 
@@ -46,8 +46,6 @@ __all__ = [
 ]
 
 DEFAULT_QUEUE = "default"
-# the states a job counts as open in: a queue with any is not dropped
-OPEN_STATES = ("queued", "scheduled", "blocked", "running", "recovery_required")
 _NAME = re.compile(QUEUE_NAME_PATTERN)
 _INT_MAX = 2**31 - 1  # the limits are Postgres integers
 # (minimum, what the limit is) of each limit; retention 0 keeps finished jobs no time

@@ -30,7 +30,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobsd.errors import ConfigError, MigrationError
-from jobsd.models import TERMINAL_STATES, JobStatus
+from jobsd.models import OPEN_STATES
 from jobsd.store.db import db_errors
 from jobsd.store.queries import run_named_sync, sql_text
 
@@ -45,8 +45,6 @@ __all__ = [
 
 CONTRACT = "jobsd.snapshot.v1"
 
-OPEN_STATES: tuple[str, ...] = tuple(str(s) for s in JobStatus if s not in TERMINAL_STATES)
-"""The states a snapshot lists, in the order of a queue's ``depth``."""
 
 SCHEMA_VERSION_NEEDED = 8
 """The migration that added the columns a snapshot reads (0008_flow_control)."""
