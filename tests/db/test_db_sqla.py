@@ -1,4 +1,4 @@
-"""jobsd.sqla: enqueue in a SQLAlchemy Session's transaction; tables match the schema."""
+"""jobsd.contrib.sqlalchemy: enqueue in a Session's transaction; tables match the schema."""
 
 from __future__ import annotations
 
