@@ -15,7 +15,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from jobsd import ConfigError, JobStatus, PayloadTooLarge, UnknownQueue, sqla
+from jobsd import ConfigError, JobStatus, PayloadTooLarge, UnknownQueue
+from jobsd.contrib import sqlalchemy as sqla
 
 
 def _sqla_url(db_url: str) -> URL:
