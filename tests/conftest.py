@@ -2,6 +2,9 @@
 
 Set ``JOBSD_TEST_DATABASE_URL`` (a superuser URL) to run against an existing server instead
 of starting an embedded one; test databases are still created and dropped on it.
+
+Each test is marked with its tier, the first folder under tests/ (``pytest -m unit``);
+the helpers every tier shares live in tests/support (see tests/README.md).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -16,10 +20,31 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support.fixtures import anyio_backend as anyio_backend
+from support.fixtures import empty_db_url as empty_db_url
 
 from jobsd.dev.embedded import EmbeddedPostgres
 
 TEST_DATABASE_URL_ENV = "JOBSD_TEST_DATABASE_URL"
+TESTS_DIR = Path(__file__).resolve().parent
+# the folders of tests/ that are tiers; a test elsewhere (tests/test_*.py) has no tier mark
+TIERS = ("unit", "db", "service", "http", "e2e", "security", "faults", "migrations")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: a test of tests/{tier}/ (tests/README.md)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, so that ``-m`` can pick or leave out tiers."""
+    for item in items:
+        try:
+            tier = item.path.resolve().relative_to(TESTS_DIR).parts[0]
+        except ValueError:
+            continue
+        if tier in TIERS:
+            item.add_marker(tier)
 
 
 def db_url_for(base_url: str, dbname: str) -> str:

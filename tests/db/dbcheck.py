@@ -6,17 +6,11 @@ import uuid
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from support.jobs import job_row as job_row
 
 # The channel of jobsd's wake-ups, and a payload no queue can have (see queues_name_check).
 CHANNEL = "jobsd"
 FENCE = "!fence"
-
-
-def job_row(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
-    """Read one row of jobsd.jobs as a dict."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute("SELECT * FROM jobsd.jobs WHERE id = %s", (job_id,)).fetchone()
 
 
 def count_jobs(conn: psycopg.Connection[Any], where: str = "true", *args: Any) -> int:

@@ -10,6 +10,7 @@ import anyio
 import psycopg
 import pytest
 from dbcheck import count_jobs, history, job_row
+from support.jobs import make_jobs
 
 from jobsd import JobSpec, SyncClient
 from jobsd.models import Job
@@ -31,10 +32,7 @@ async def test_two_concurrent_claimers_never_get_the_same_job(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     total = 400
-    conn.execute(
-        "INSERT INTO jobsd.jobs (org_id, type) SELECT 'o', 't' FROM generate_series(1, %s)",
-        (total,),
-    )
+    make_jobs(conn, total)
     got: dict[str, list[uuid.UUID]] = {"w1": [], "w2": []}
     rounds: dict[str, int] = {"w1": 0, "w2": 0}
 
@@ -165,7 +163,7 @@ async def test_a_job_claimed_again_after_a_sweep_fences_the_old_lease(
 async def test_odd_error_text_of_one_job_does_not_fail_the_batch(
     aconn: Conn, conn: psycopg.Connection[Any]
 ) -> None:
-    conn.execute("INSERT INTO jobsd.jobs (org_id, type) SELECT 'o', 't' FROM generate_series(1, 4)")
+    make_jobs(conn, 4)
     jobs = await _claim(aconn, "w1")
     errors = ["no such file: 'caf\udce9.csv'", "bad byte \x00 here", "\x00" * 2048, "plain"]
 
@@ -189,7 +187,7 @@ async def test_odd_error_text_of_one_job_does_not_fail_the_batch(
 async def test_odd_progress_of_one_job_does_not_fail_the_heartbeat(
     aconn: Conn, conn: psycopg.Connection[Any]
 ) -> None:
-    conn.execute("INSERT INTO jobsd.jobs (org_id, type) SELECT 'o', 't' FROM generate_series(1, 2)")
+    make_jobs(conn, 2)
     a, b = await _claim(aconn, "w1")
     assert a.lease_id is not None and b.lease_id is not None
 

@@ -11,6 +11,8 @@ import anyio
 import psycopg
 import pytest
 from dbcheck import Listener, count_jobs, history, job_row
+from psycopg import sql
+from support.jobs import make_jobs
 
 from jobsd import (
     Client,
@@ -263,10 +265,8 @@ async def test_concurrent_claimers_never_exceed_a_key_limit(
 ) -> None:
     keys, per_key, limit = 4, 30, 2
     _queue(conn, "k", concurrency_limit=limit)
-    conn.execute(
-        "INSERT INTO jobsd.jobs (org_id, type, queue, concurrency_key) "
-        "SELECT 'o', 't', 'k', 'key' || (g %% %s) FROM generate_series(1, %s) AS g",
-        (keys, keys * per_key),
+    make_jobs(
+        conn, keys * per_key, queue="k", concurrency_key=sql.SQL("'key' || (g % {})").format(keys)
     )
     conn.execute(
         "INSERT INTO jobsd.concurrency_keys (org_id, concurrency_key) "

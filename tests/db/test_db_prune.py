@@ -9,16 +9,9 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from prunekit import (
-    NON_TERMINAL,
-    TERMINAL,
-    event_counts,
-    job_ids,
-    make_job,
-    set_retention,
-    v7_at,
-)
 from psycopg import sql
+from support.retention import NON_TERMINAL, TERMINAL, event_counts, job_ids, set_retention, v7_at
+from support.retention import make_old_job as make_job
 
 from jobsd.admin.retention import PruneReport, prune
 from jobsd.errors import ConfigError

@@ -10,8 +10,10 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from daemonkit import wait_until
 from dbcheck import Listener, count_jobs
+from psycopg import sql
+from support import jobs
+from support.waiting import wait_until
 
 from jobsd import Client, JobsdError, QueueExists, QueueInfo, QueueNotEmpty, UnknownQueue
 from jobsd.admin.queues import (
@@ -25,38 +27,19 @@ from jobsd.admin.queues import (
     set_queue_limits,
 )
 
-# how a test job reaches each state from its birth, through allowed transitions
-_PATHS = {
-    "queued": [],
-    "scheduled": [],
-    "blocked": [],
-    "running": ["running"],
-    "recovery_required": ["running", "recovery_required"],
-    "succeeded": ["running", "succeeded"],
-    "failed": ["running", "failed"],
-    "cancelled": ["cancelled"],
-}
-
 
 def make_job(
     conn: psycopg.Connection[Any], *, queue: str, status: str, org_id: str = "acme"
 ) -> uuid.UUID:
     """Insert a job of ``org_id`` into ``queue`` and walk it to ``status`` (as superuser)."""
-    born = status if status in ("scheduled", "blocked") else "queued"
-    delay = "1 hour" if born == "scheduled" else "0"
-    row = conn.execute(
-        "INSERT INTO jobsd.jobs (org_id, type, queue, status, run_after) "
-        "VALUES (%s, 't', %s, %s, now() + %s::interval) RETURNING id",
-        (org_id, queue, born, delay),
-    ).fetchone()
-    assert row is not None
-    for step in _PATHS[status]:
-        conn.execute(
-            "UPDATE jobsd.jobs SET status = %s, finished_at = CASE WHEN %s "
-            "IN ('succeeded', 'failed', 'cancelled') THEN now() END WHERE id = %s",
-            (step, step, row[0]),
-        )
-    return uuid.UUID(str(row[0]))
+    return jobs.make_job(
+        conn,
+        org_id=org_id,
+        queue=queue,
+        status=status,
+        run_after=sql.SQL("now() + interval '1 hour'" if status == "scheduled" else "now()"),
+        finished_at=jobs.NOW if status in jobs.TERMINAL else None,
+    )
 
 
 def queue_row(conn: psycopg.Connection[Any], name: str) -> tuple[Any, ...] | None:

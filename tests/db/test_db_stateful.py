@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from psycopg.rows import dict_row
-from service.history import history_problems
+from support.history import history_problems
 
 from jobsd.models import TERMINAL_STATES, JobStatus
 from jobsd.store.queries import run_named_sync

@@ -9,33 +9,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.jobs import make_job
 
 from jobsd.models import INITIAL_STATES, TRANSITIONS, JobStatus
-
-# how to reach each state from an insert, through legal edges only
-PATHS: dict[JobStatus, list[str]] = {
-    JobStatus.QUEUED: ["queued"],
-    JobStatus.SCHEDULED: ["scheduled"],
-    JobStatus.BLOCKED: ["blocked"],
-    JobStatus.RUNNING: ["queued", "running"],
-    JobStatus.SUCCEEDED: ["queued", "running", "succeeded"],
-    JobStatus.FAILED: ["queued", "running", "failed"],
-    JobStatus.CANCELLED: ["queued", "cancelled"],
-    JobStatus.RECOVERY_REQUIRED: ["queued", "running", "recovery_required"],
-}
 
 
 def job_in(conn: psycopg.Connection[Any], state: JobStatus) -> uuid.UUID:
     """Insert a job and walk it to ``state``."""
-    first, *rest = PATHS[state]
-    row = conn.execute(
-        "INSERT INTO jobsd.jobs (org_id, type, status) VALUES ('o', 't', %s) RETURNING id",
-        (first,),
-    ).fetchone()
-    assert row is not None
-    for status in rest:
-        conn.execute("UPDATE jobsd.jobs SET status = %s WHERE id = %s", (status, row[0]))
-    return uuid.UUID(str(row[0]))
+    return make_job(conn, status=str(state))
 
 
 def test_only_the_edges_of_the_machine_pass(conn: psycopg.Connection[Any]) -> None:

@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from support.waiting import poll as poll
+from support.waiting import wait_status as wait_status
 
 T = TypeVar("T")
 
@@ -158,18 +160,6 @@ class Proc:
         self.popen.wait(10)
 
 
-def poll(check: Callable[[], T | None], *, what: str, timeout_s: float = 20.0) -> T:
-    """Call ``check`` every 20 ms until it returns a truthy value; fail after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
-
-
 def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
     """Run a query and return the first column of its first row."""
     row = conn.execute(query, params).fetchone()
@@ -180,18 +170,6 @@ def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any
 def job_status(conn: psycopg.Connection[Any], job_id: object) -> str:
     """Return a job's status."""
     return str(scalar(conn, "SELECT status FROM jobsd.jobs WHERE id = %s", (job_id,)))
-
-
-def wait_status(
-    conn: psycopg.Connection[Any], job_id: object, *statuses: str, timeout_s: float = 20.0
-) -> str:
-    """Wait until a job is in one of ``statuses``; return it."""
-
-    def check() -> str | None:
-        status = job_status(conn, job_id)
-        return status if status in statuses else None
-
-    return poll(check, what=f"job {job_id} to be {'/'.join(statuses)}", timeout_s=timeout_s)
 
 
 SIDE_TABLES = """

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from service.history import assert_history_complete
+from support.history import assert_history_complete
 
 import jobsd
 from jobsd.client import JobSpec

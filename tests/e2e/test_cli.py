@@ -12,9 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
-from service.history import assert_history_complete
+from support.history import assert_history_complete
 
 from jobsd.dev.embedded import EmbeddedPostgres
 
@@ -170,23 +168,8 @@ def test_an_unreachable_database_is_one_line_on_stderr(
         assert "unavailable" in line or "connect" in line, line
 
 
-@pytest.fixture
-def empty_db(admin_url: str) -> Iterator[str]:
-    """Create an empty database (never migrated); return its URL and drop it afterwards."""
-    name = f"e2e_empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(admin_url, dbname=name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
-def test_migrate_twice_then_up_to_date(empty_db: str) -> None:
-    env = make_env(empty_db)
+def test_migrate_twice_then_up_to_date(empty_db_url: str) -> None:
+    env = make_env(empty_db_url)
     first = run_cli("migrate", env=env)
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("applied 0001_")
@@ -195,8 +178,8 @@ def test_migrate_twice_then_up_to_date(empty_db: str) -> None:
     assert second.stdout == "schema up to date\n"
 
 
-def test_run_refuses_an_unmigrated_database(empty_db: str) -> None:
-    assert_one_line_error(run_cli("run", env=make_env(empty_db)), "jobsd migrate")
+def test_run_refuses_an_unmigrated_database(empty_db_url: str) -> None:
+    assert_one_line_error(run_cli("run", env=make_env(empty_db_url)), "jobsd migrate")
 
 
 def test_cancel_a_queued_job_then_a_running_one_then_a_finished_one(

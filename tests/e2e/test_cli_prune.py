@@ -9,7 +9,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from prunekit import event_counts, job_ids, make_job, set_retention, v7_at
+from support.retention import event_counts, job_ids, set_retention, v7_at
+from support.retention import make_old_job as make_job
 
 from .conftest import make_env, run_cli
 

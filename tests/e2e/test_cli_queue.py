@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
+from support.jobs import make_job
 
 from .conftest import make_env, run_cli, scalar
 
@@ -49,14 +50,7 @@ def queues(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 
 
 def add_job(conn: psycopg.Connection[Any], queue: str, org_id: str, status: str) -> None:
-    row = conn.execute(
-        "INSERT INTO jobsd.jobs (org_id, type, queue) VALUES (%s, 't', %s) RETURNING id",
-        (org_id, queue),
-    ).fetchone()
-    assert row is not None
-    steps = {"queued": [], "running": ["running"], "succeeded": ["running", "succeeded"]}
-    for step in steps[status]:
-        conn.execute("UPDATE jobsd.jobs SET status = %s WHERE id = %s", (step, row[0]))
+    make_job(conn, queue=queue, org_id=org_id, status=status)
 
 
 def test_create_list_set_pause_resume_drop(db_url: str, conn: psycopg.Connection[Any]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from service.history import assert_history_complete
+from support.history import assert_history_complete
 
 from jobsd.client import SyncClient
 from jobsd.dev.embedded import EmbeddedPostgres

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from service.history import assert_history_complete
+from support.history import assert_history_complete
 
 from .conftest import Proc, make_env, run_cli
 

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from support.jobs import NOW, PATHS, make_job, make_jobs
 
 from jobsd.admin.roles import create_roles, drop_roles
 from jobsd.admin.snapshot import CONTRACT, validate_snapshot, write_snapshot, write_snapshot_file
@@ -54,26 +55,30 @@ def add_job(
     payload: str = "{}",
 ) -> str:
     """Insert a job born ``born``, walk it through the states ``then``; return its id."""
-    row = conn.execute(
-        "INSERT INTO jobsd.jobs (id, org_id, type, queue, status, priority, payload, "
-        "created_at, run_after) VALUES (coalesce(%s::uuid, jobsd.uuidv7()), 'acme', 'work', "
-        "%s, %s, %s, %s::jsonb, %s, CASE WHEN %s = 'scheduled' THEN now() + interval '1 day' "
-        "ELSE %s END) RETURNING id",
-        (job_id, queue, born, priority, payload, created_at, born, created_at),
-    ).fetchone()
-    assert row is not None
-    for status in then:
-        conn.execute(
-            "UPDATE jobsd.jobs SET status = %(s)s, "
-            "attempts = attempts + (%(s)s = 'running')::int, "
-            "started_at = CASE WHEN %(s)s = 'running' THEN now() ELSE started_at END, "
-            "worker_id = CASE WHEN %(s)s = 'running' THEN 'w1' ELSE worker_id END, "
-            "lease_id = CASE WHEN %(s)s = 'running' THEN gen_random_uuid() ELSE lease_id END, "
-            "progress = CASE WHEN %(s)s = 'running' THEN '{\"done\": 1}' ELSE progress END "
-            "WHERE id = %(id)s",
-            {"s": status, "id": row[0]},
-        )
-    return str(row[0])
+    status = then[-1] if then else born
+    assert PATHS[status] == then, f"{born} -> {then} is not the path make_job takes"
+    ids = {"id": uuid.UUID(job_id)} if job_id else {}
+    job = make_job(
+        conn,
+        status=status,
+        # the claim of the walk's run, as a daemon's would write it
+        claim={
+            "attempts": sql.SQL("attempts + 1"),
+            "started_at": NOW,
+            "worker_id": "w1",
+            "lease_id": sql.SQL("gen_random_uuid()"),
+            "progress": {"done": 1},
+        },
+        org_id="acme",
+        type="work",
+        queue=queue,
+        priority=priority,
+        payload=payload,
+        created_at=created_at,
+        **({} if born == "scheduled" else {"run_after": created_at}),
+        **ids,
+    )
+    return str(job)
 
 
 def export_doc(url: str) -> tuple[dict[str, Any], str]:
@@ -375,10 +380,13 @@ def test_kill_9_mid_stream_of_50k_jobs_keeps_the_old_snapshot(
     add_job(conn)
     write_snapshot_file(db_url, target)
     old = target.read_bytes()
-    conn.execute(
-        "INSERT INTO jobsd.jobs (org_id, type, status, priority, payload) "
-        "SELECT 'acme', 'bulk', 'queued', i % 7, jsonb_build_object('i', i, 'pad', "
-        "repeat('x', 100)) FROM generate_series(1, 50000) AS i"
+    make_jobs(
+        conn,
+        50_000,
+        org_id="acme",
+        type="bulk",
+        priority=sql.SQL("g % 7"),
+        payload=sql.SQL("jsonb_build_object('i', g, 'pad', repeat('x', 100))"),
     )
 
     proc = spawn("export", "--out", str(target), env=env)
@@ -393,21 +401,6 @@ def test_kill_9_mid_stream_of_50k_jobs_keeps_the_old_snapshot(
     assert validate_snapshot(json.loads(target.read_text())) == []
 
 
-@pytest.fixture
-def empty_db(admin_url: str) -> Iterator[str]:
-    """Create an empty database (never migrated); return its URL and drop it afterwards."""
-    name = f"e2e_empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(admin_url, dbname=name)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def closed_port() -> int:
     """Return a local TCP port nothing listens on (it was free a moment ago)."""
     with socket.socket() as s:
@@ -417,7 +410,7 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize("case", ["unknown database", "database down", "not migrated"])
 def test_database_errors_are_one_line_and_leave_the_target_untouched(
-    case: str, db_url: str, empty_db: str, tmp_path: Path
+    case: str, db_url: str, empty_db_url: str, tmp_path: Path
 ) -> None:
     url, fragment = {
         "unknown database": (
@@ -428,7 +421,7 @@ def test_database_errors_are_one_line_and_leave_the_target_untouched(
             f"postgresql://postgres@127.0.0.1:{closed_port()}/postgres",
             "database unavailable",
         ),
-        "not migrated": (empty_db, "run `jobsd migrate`"),
+        "not migrated": (empty_db_url, "run `jobsd migrate`"),
     }[case]
     target = tmp_path / "snap.json"
     target.write_bytes(b"the old snapshot\n")

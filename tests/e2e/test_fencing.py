@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from service.history import assert_history_complete
+from support.history import assert_history_complete
 
 from jobsd.client import SyncClient
 

@@ -11,9 +11,11 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import psycopg
-from daemonkit import running_daemon as running_daemon
-from daemonkit import wait_until as wait_until
 from fastapi import FastAPI
+from support.daemon import DAEMON_FAST as DAEMON_FAST
+from support.daemon import fast_settings
+from support.daemon import running_daemon as running_daemon
+from support.waiting import wait_until as wait_until
 
 from jobsd.http.app import create_app
 from jobsd.http.backend import ApiBackend
@@ -25,22 +27,8 @@ from jobsd.settings import Settings
 
 T = TypeVar("T")
 
-# short intervals: a scenario takes well under a second of daemon time
-DAEMON_FAST: dict[str, Any] = {
-    "slots": 4,
-    "poll_interval": 0.5,
-    "heartbeat_interval": 0.2,
-    "progress_interval": 0.05,
-    "sweep_interval": 3600.0,
-    "drain_timeout": 2.0,
-    "handlers": [],
-    "queues": [],
-}
-
-
-def settings_for(db_url: str, **overrides: Any) -> Settings:
-    """Return core settings for ``db_url`` with short intervals."""
-    return Settings(database_url=db_url, **{**DAEMON_FAST, **overrides})
+# core settings for a database URL, with short intervals
+settings_for = fast_settings
 
 
 def http_settings(**overrides: Any) -> HttpSettings:

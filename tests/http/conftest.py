@@ -7,12 +7,6 @@ from apikit import make_token
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    """Run async tests on asyncio (psycopg's async driver, uvicorn)."""
-    return "asyncio"
-
-
-@pytest.fixture
 def token_a(db_url: str) -> str:
     """Return a bearer token of org ``acme``."""
     return make_token(db_url, "acme", "tests")

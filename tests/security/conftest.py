@@ -12,24 +12,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
-from daemonkit import wait_until as wait_until
 from psycopg.conninfo import make_conninfo
+from support.daemon import DAEMON_FAST
+from support.waiting import wait_until as wait_until
 
 from jobsd.admin.roles import RoleNames, create_roles, drop_roles
 
 T = TypeVar("T")
 
 # Fast daemons: a scenario takes well under a second of daemon time.
-FAST: dict[str, Any] = {
-    "slots": 2,
-    "poll_interval": 0.5,
-    "heartbeat_interval": 0.2,
-    "progress_interval": 0.05,
-    "sweep_interval": 3600.0,
-    "drain_timeout": 2.0,
-    "handlers": [],
-    "queues": [],
-}
+FAST: dict[str, Any] = {**DAEMON_FAST, "slots": 2}
 
 
 def url_as(url: str, user: str, **params: Any) -> str:
@@ -64,9 +56,3 @@ def roles(db_url: str) -> Iterator[Roles]:
         yield Roles(RoleNames.for_prefix(prefix), db_url)
     finally:
         drop_roles(db_url, prefix=prefix)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """Run the async tests on asyncio, the loop the daemon runs on in production."""
-    return "asyncio"

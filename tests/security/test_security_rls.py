@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.rows import dict_row
+from support.jobs import make_job
 
 from jobsd.client import JobSpec
 from jobsd.store import queries
@@ -24,14 +25,11 @@ def _insert(conn: psycopg.Connection[Any], org_id: str) -> str:
 def jobs_by_org(roles: Roles) -> dict[str, set[str]]:
     """Two jobs of org a, one of org b, one with an empty org: inserted by the superuser."""
     with psycopg.connect(roles.db_url, autocommit=True) as conn:
-        empty = conn.execute(
-            "INSERT INTO jobsd.jobs (org_id, type) VALUES ('', 't') RETURNING id"
-        ).fetchone()
-        assert empty is not None
+        empty = make_job(conn, org_id="")
         return {
             "a": {_insert(conn, "a"), _insert(conn, "a")},
             "b": {_insert(conn, "b")},
-            "": {str(empty[0])},
+            "": {str(empty)},
         }
 
 

@@ -164,11 +164,6 @@ def test_jobsd_refuses_weak_sslmodes_toward_it_on_its_own_side(tls_server: TlsSe
         ).fetchone() == (False,)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_jobs_run_end_to_end_over_tls_with_a_password(tls_server: TlsServer) -> None:
     url = tls_server.secure()

@@ -13,9 +13,12 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from daemonkit import running_daemon as running_daemon
-from daemonkit import wait_until as wait_until
 from psycopg.rows import DictRow, dict_row
+from support.daemon import DAEMON_FAST
+from support.daemon import running_daemon as running_daemon
+from support.jobs import fetch_job as fetch_job
+from support.waiting import wait_status_async
+from support.waiting import wait_until as wait_until
 
 import jobsd
 from jobsd.registry import Registry
@@ -25,45 +28,16 @@ T = TypeVar("T")
 ADb = psycopg.AsyncConnection[DictRow]
 
 # Fast enough that a scenario is quick, slow enough not to spin two cores.
-FAST: dict[str, Any] = {
-    "slots": 4,
-    "poll_interval": 0.5,
-    "stale_after": 600.0,
-    "heartbeat_interval": 0.2,
-    "progress_interval": 0.05,
-    "sweep_interval": 3600.0,
-    "drain_timeout": 2.0,
-    "notify": True,
-    "handlers": [],
-    "queues": [],
-}
+FAST: dict[str, Any] = {**DAEMON_FAST, "stale_after": 600.0, "notify": True}
+
+
+# the service tests wait on their own loop
+wait_status = wait_status_async
 
 
 def make_settings(db_url: str, **overrides: Any) -> Settings:
     """Return daemon settings for ``db_url`` with the fast test intervals."""
     return Settings(database_url=db_url, **{**FAST, **overrides})
-
-
-async def fetch_job(db: ADb, job_id: uuid.UUID) -> dict[str, Any]:
-    """Read one row of jobsd.jobs."""
-    cur = await db.execute("SELECT * FROM jobsd.jobs WHERE id = %s", (job_id,))
-    row = await cur.fetchone()
-    assert row is not None, f"job {job_id} not found"
-    return row
-
-
-async def wait_status(
-    db: ADb, job_id: uuid.UUID, *statuses: str, timeout_s: float = 10.0
-) -> dict[str, Any]:
-    """Wait until a job is in one of ``statuses``; return its row."""
-
-    async def check() -> dict[str, Any] | None:
-        row = await fetch_job(db, job_id)
-        return row if row["status"] in statuses else None
-
-    return await wait_until(
-        check, what=f"job {job_id} to be {'/'.join(statuses)}", timeout_s=timeout_s
-    )
 
 
 async def events_of(db: ADb, job_id: uuid.UUID) -> list[tuple[str | None, str, int, str | None]]:
@@ -76,12 +50,6 @@ async def events_of(db: ADb, job_id: uuid.UUID) -> list[tuple[str | None, str, i
     return [
         (r["from_status"], r["to_status"], r["attempt"], r["reason"]) for r in await cur.fetchall()
     ]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """Run the async tests on asyncio, the loop the daemon runs on in production."""
-    return "asyncio"
 
 
 @pytest.fixture

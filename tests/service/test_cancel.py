@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
+from support.history import assert_history_complete_async
 
 import jobsd
 from jobsd.registry import Registry
 from jobsd.store import queries
 
 from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_status
-from .history import assert_history_complete_async
 from .test_sweeper import make_zombie
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

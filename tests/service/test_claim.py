@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
+from support.history import assert_history_complete_async
 
 import jobsd
 from jobsd.client import JobSpec
 from jobsd.registry import Registry
 
 from .conftest import ADb, make_settings, running_daemon, wait_until
-from .history import assert_history_complete_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

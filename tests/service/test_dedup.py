@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from support.history import assert_history_complete_async
 
 import jobsd
 from jobsd.registry import Registry
 
 from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_status
-from .history import assert_history_complete_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 

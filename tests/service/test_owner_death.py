@@ -6,12 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from support.history import assert_history_complete_async
 
 import jobsd
 from jobsd.registry import Registry
 
 from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_until
-from .history import assert_history_complete_async
 from .test_sweeper import DEAD, make_zombie
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

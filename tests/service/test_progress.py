@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from support.history import assert_history_complete_async
 
 import jobsd
 from jobsd.registry import Registry
@@ -22,7 +23,6 @@ from .conftest import (
     wait_status,
     wait_until,
 )
-from .history import assert_history_complete_async
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 

@@ -4,6 +4,7 @@ settles a job whose owner died; an operator resolves what the hook cannot."""
 from __future__ import annotations
 
 import pytest
+from support.history import assert_history_complete_async
 
 import jobsd
 from jobsd.models import Job
@@ -12,7 +13,6 @@ from jobsd.registry import Registry
 from jobsd.store import queries
 
 from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_status
-from .history import assert_history_complete_async
 from .test_owner_death import add_worker
 from .test_sweeper import DEAD, make_zombie
 
@@ -106,8 +106,3 @@ async def test_a_failing_hook_leaves_the_job_for_an_operator(
         row = await wait_status(db, job, "recovery_required")
     assert row["reason"] == "worker lost"
     await assert_history_complete_async(db)
-
-
-def test_recover_needs_at_most_once() -> None:
-    with pytest.raises(jobsd.ConfigError, match="at_most_once"):
-        jobsd.handler("x", recover=lambda job: AMBIGUOUS, registry=Registry())

@@ -1,9 +1,8 @@
 """Jobs of a pinned age for the retention tests (tests/db/test_db_prune.py, e2e).
 
-A job is inserted queued, then moved through the state machine by real status updates
-(so the triggers write its history), then its timestamps are set: a job that finished
-N days ago was created earlier still, and its id is a UUIDv7 of that creation time,
-as the id of a real job of that age would be.
+A job is made by ``make_job`` (so the triggers write its history) with the timestamps
+of its age: a job that finished N days ago was created earlier still, and its id is a
+UUIDv7 of that creation time, as the id of a real job of that age would be.
 """
 
 from __future__ import annotations
@@ -15,20 +14,9 @@ from typing import Any
 
 import psycopg
 
-TERMINAL = ("succeeded", "failed", "cancelled")
-NON_TERMINAL = ("queued", "scheduled", "blocked", "running", "recovery_required")
-
-# the status updates that lead from queued to each state
-_PATHS: dict[str, tuple[str, ...]] = {
-    "queued": (),
-    "scheduled": (),
-    "blocked": (),
-    "running": ("running",),
-    "recovery_required": ("running", "recovery_required"),
-    "succeeded": ("running", "succeeded"),
-    "failed": ("running", "failed"),
-    "cancelled": ("cancelled",),
-}
+from .jobs import NON_TERMINAL as NON_TERMINAL
+from .jobs import TERMINAL as TERMINAL
+from .jobs import make_job
 
 
 def v7_at(moment: datetime) -> uuid.UUID:
@@ -40,7 +28,7 @@ def v7_at(moment: datetime) -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
-def make_job(
+def make_old_job(
     conn: psycopg.Connection[Any],
     now: datetime,
     *,
@@ -59,21 +47,18 @@ def make_job(
     """
     finished = now - timedelta(days=days)
     created = finished - timedelta(minutes=5)
-    job_id = job_id or v7_at(created)
-    born = status if status in ("scheduled", "blocked") else "queued"
-    run_after = now + timedelta(days=1) if born == "scheduled" else created
-    conn.execute(
-        "INSERT INTO jobsd.jobs (id, org_id, type, queue, status, run_after, created_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (job_id, org_id, type, queue, born, run_after, created),
+    return make_job(
+        conn,
+        status=status,
+        id=job_id or v7_at(created),
+        org_id=org_id,
+        type=type,
+        queue=queue,
+        run_after=now + timedelta(days=1) if status == "scheduled" else created,
+        created_at=created,
+        started_at=created,
+        finished_at=finished,
     )
-    for step in _PATHS[status]:
-        conn.execute("UPDATE jobsd.jobs SET status = %s WHERE id = %s", (step, job_id))
-    conn.execute(
-        "UPDATE jobsd.jobs SET finished_at = %s, started_at = %s WHERE id = %s",
-        (finished, created, job_id),
-    )
-    return job_id
 
 
 def set_retention(conn: psycopg.Connection[Any], queue: str, days: int | None) -> None:

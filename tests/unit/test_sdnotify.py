@@ -56,11 +56,6 @@ def fake_systemd(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSystemd]:
             fake.close()
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_ready_stopping_watchdog_status(fake_systemd: FakeSystemd) -> None:
     assert sdnotify.ready("claiming from 2 queues") is True
     assert fake_systemd.receive() == "READY=1\nSTATUS=claiming from 2 queues"
