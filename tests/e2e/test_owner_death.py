@@ -41,12 +41,12 @@ def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
     second.wait_ready()
     assert scalar(conn, "SELECT count(*) FROM jobsd.workers") == 2
     first.send(signal.SIGKILL)
-    killed_at = time.monotonic()
+    # both settled within 15 s of the kill: rescued by the lock, not by the heartbeat
+    rescued_by = time.monotonic() + 15
     assert first.wait(10) == -signal.SIGKILL
 
-    wait_status(conn, again.id, "succeeded", timeout_s=15)
-    wait_status(conn, once.id, "failed", timeout_s=15)
-    assert time.monotonic() - killed_at < 15, "rescued by the lock, not by the heartbeat"
+    wait_status(conn, again.id, "succeeded", timeout_s=rescued_by - time.monotonic())
+    wait_status(conn, once.id, "failed", timeout_s=rescued_by - time.monotonic())
     # the dead worker is forgotten; the living one is still registered
     workers = [r[0] for r in conn.execute("SELECT worker_id FROM jobsd.workers")]
     assert workers and first_id not in workers

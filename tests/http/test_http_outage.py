@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import anyio
 import httpx
 import pytest
 from apikit import Api, bearer, db_scalar, http_settings, make_token, running_api, settings_for
@@ -41,7 +42,10 @@ async def test_database_down_answers_503_creates_nothing_and_recovers(
         cluster.stop()
         lost_id = str(uuid7())
         started = time.monotonic()
-        r = await api.client.post("/jobs", json={"type": "t", "id": lost_id}, headers=bearer(token))
+        with anyio.fail_after(10):  # the token lookup gives up within 10 s
+            r = await api.client.post(
+                "/jobs", json={"type": "t", "id": lost_id}, headers=bearer(token)
+            )
         submit_s = time.monotonic() - started
         assert r.status_code == 503, r.text
         assert r.headers["retry-after"] == "1"
@@ -65,7 +69,8 @@ async def test_database_down_answers_503_creates_nothing_and_recovers(
             transport = httpx.ASGITransport(app=host)
             async with httpx.AsyncClient(transport=transport, base_url="http://host") as client:
                 started = time.monotonic()
-                r = await client.post("/jobs", json={"type": "t", "id": lost_id})
+                with anyio.fail_after(15):  # the enqueue's retries give up within 15 s
+                    r = await client.post("/jobs", json={"type": "t", "id": lost_id})
                 client_submit_s = time.monotonic() - started
         assert r.status_code == 503, r.text
         detail = r.json()["detail"]
@@ -82,7 +87,6 @@ async def test_database_down_answers_503_creates_nothing_and_recovers(
         # retrying with the same id now creates it, once
         r = await api.client.post("/jobs", json={"type": "t", "id": lost_id}, headers=bearer(token))
         assert r.status_code == 202 and r.json()["id"] == lost_id
-    assert submit_s < 10 and client_submit_s < 15
     print(
         f"503 with the database stopped: {submit_s:.2f} s (token lookup), "
         f"{client_submit_s:.2f} s (enqueue, code {detail['code']})"

@@ -3,7 +3,6 @@ every answer, the wake-up of a resume, and the API under the least-privilege rol
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -267,10 +266,9 @@ async def test_a_resume_wakes_listening_daemons_with_the_queue_name(
         await call(api, admin, "POST", "/queues/mail/pause")
         r = await call(api, admin, "POST", "/queues/mail/resume")
         assert r.status_code == 200, r.text
-        started = time.monotonic()
+        # within 5 s, or the wait ends empty-handed
         got = [n async for n in listener.notifies(timeout=5.0, stop_after=1)]
         assert [(n.channel, n.payload) for n in got] == [("jobsd", "mail")]
-        assert time.monotonic() - started < 5.0
 
 
 @pytest.fixture

@@ -70,18 +70,15 @@ async def test_a_running_async_handler_is_cancelled_within_a_heartbeat(
         job = await client.enqueue("long", {}, org_id="acme")
         with anyio.fail_after(10):
             await started.wait()
-        asked = time.monotonic()
-        assert (await cancel(db, job.id)).action == "requested"
-        # the heartbeat runs every 0.2 s here
+        # the heartbeat runs every 0.2 s here: interrupted and written within 5 s
         with anyio.fail_after(5):
+            assert (await cancel(db, job.id)).action == "requested"
             await interrupted.wait()
-        row = await wait_status(db, job.id, "cancelled", "failed", "succeeded")
-        took = time.monotonic() - asked
+            row = await wait_status(db, job.id, "cancelled", "failed", "succeeded")
 
     assert row["status"] == "cancelled"
     assert row["reason"] == "cancel requested"
     assert row["finished_at"] is not None
-    assert took < 5
     assert (await events_of(db, job.id))[-1] == ("running", "cancelled", 1, "cancel requested")
     await assert_history_complete_async(db)
 
