@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
-import anyio
 import click
 import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
+from support.daemon import running_daemon
 
 import jobsd
 from jobsd.admin.roles import RoleNames, check_sees_all_orgs, create_roles, drop_roles
@@ -21,7 +20,6 @@ from jobsd.errors import ConfigError, DatabaseError, JobNotFound
 from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.migrate import migrate_sync, migration_status_sync
-from jobsd.worker.supervisor import Daemon
 
 from .conftest import FAST, Roles, wait_until
 
@@ -208,11 +206,7 @@ async def test_enqueue_work_and_read_under_their_roles(roles: Roles) -> None:
     check_sees_all_orgs(roles.url("worker"))
     settings = Settings(database_url=roles.url("worker"), **FAST)
     async with await psycopg.AsyncConnection.connect(roles.db_url, autocommit=True) as admin:
-        async with anyio.create_task_group() as tg:
-            daemon = Daemon(settings, registry)
-            tg.start_soon(partial(daemon.run, handle_signals=False))
-            with anyio.fail_after(15):
-                await daemon.ready.wait()
+        async with running_daemon(settings, registry):
 
             async def both_done() -> bool:
                 cur = await admin.execute(
@@ -223,7 +217,6 @@ async def test_enqueue_work_and_read_under_their_roles(roles: Roles) -> None:
                 return row is not None and row[0] == 2
 
             await wait_until(both_done, what="both jobs to succeed")
-            daemon.stop()
         cur = await admin.execute(
             "SELECT from_status, to_status, worker_id FROM jobsd.job_events "
             "WHERE job_id = %s ORDER BY id",

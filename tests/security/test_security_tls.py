@@ -14,7 +14,6 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from support.daemon import running_daemon
 
 import jobsd
 from jobsd.dev.embedded import EmbeddedPostgres
@@ -30,7 +30,6 @@ from jobsd.errors import ConfigError
 from jobsd.security import check_connection_security
 from jobsd.settings import Settings
 from jobsd.store.migrate import migrate_sync
-from jobsd.worker.supervisor import Daemon
 
 from .conftest import FAST, wait_until
 
@@ -178,11 +177,7 @@ async def test_jobs_run_end_to_end_over_tls_with_a_password(tls_server: TlsServe
 
     async with jobsd.Client(url) as client:
         job = await client.enqueue("t", {"n": 21}, org_id="acme")
-        async with anyio.create_task_group() as tg:
-            daemon = Daemon(Settings(database_url=url, **FAST), registry)
-            tg.start_soon(partial(daemon.run, handle_signals=False))
-            with anyio.fail_after(15):
-                await daemon.ready.wait()
+        async with running_daemon(Settings(database_url=url, **FAST), registry):
 
             async def finished() -> jobsd.Job | None:
                 current = await client.get(job.id)
@@ -197,7 +192,6 @@ async def test_jobs_run_end_to_end_over_tls_with_a_password(tls_server: TlsServe
                     "WHERE a.datname = current_database() AND a.application_name LIKE 'jobsd-%%'"
                 )
                 sessions = await cur.fetchall()
-            daemon.stop()
     assert done.report == {"doubled": 42}
     assert {name for name, _ in sessions} >= {"jobsd-daemon", "jobsd-listen", "jobsd-client"}
     assert all(ssl for _, ssl in sessions)
