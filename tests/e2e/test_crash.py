@@ -50,7 +50,7 @@ def test_kill_9_mid_job_then_a_new_daemon_rescues_it_from_its_checkpoint(
     assert first.wait(10) == -signal.SIGKILL
     checkpoint = done()
     assert 600 <= checkpoint < 2000
-    assert wait_status(conn, job.id, "running") == "running", "nobody has noticed yet"
+    assert wait_status(conn, job.id, "running")["status"] == "running", "nobody has noticed yet"
 
     second = spawn("run", env=env)
     second.wait_ready()
