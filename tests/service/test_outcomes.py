@@ -15,7 +15,7 @@ import jobsd
 from jobsd.models import Job
 from jobsd.registry import Registry
 
-from .conftest import ADb, events_of, make_settings, running_daemon, wait_status
+from .conftest import ADb, events_of, make_settings, running_daemon, wait_status, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -56,7 +56,12 @@ async def test_handler_exception_fails_the_job_calls_on_fail_and_the_daemon_goes
         bad2 = await client.enqueue("explode", {}, org_id="acme")
         assert (await finish(db, good))["status"] == "succeeded"
         assert (await finish(db, bad2))["status"] == "failed"
-        assert daemon.hooks.calls == 2
+
+        async def both_hooked() -> bool:
+            return daemon.hooks.calls == 2
+
+        # the hook runs after the outcome is written: wait for its second call
+        await wait_until(both_hooked, what="on_fail of the second failed job")
 
     assert row["status"] == "failed"
     assert row["reason"] == "handler error"

@@ -38,13 +38,25 @@ NOW = sql.SQL("now()")
 SCHEDULED_RUN_AFTER = sql.SQL("now() + interval '1 day'")
 
 
-def _value(value: Any) -> sql.Composable:
-    """A column value: an SQL expression as it is, anything else as a literal."""
+def _value(conn: psycopg.Connection[Any], value: Any, params: list[Any]) -> sql.Composable:
+    """A column value: an SQL expression as it is, anything else as a parameter.
+
+    Parameters keep the statement's text the same from call to call, so psycopg
+    prepares it once; the ``%`` of an expression is doubled for the same reason.
+    """
     if isinstance(value, sql.Composable):
-        return value
-    if isinstance(value, dict | list):
-        return sql.Literal(Jsonb(value))
-    return sql.Literal(value)
+        return sql.SQL(value.as_string(conn).replace("%", "%%"))
+    params.append(Jsonb(value) if isinstance(value, dict | list) else value)
+    return sql.Placeholder()
+
+
+def _assignments(
+    conn: psycopg.Connection[Any], values: Mapping[str, Any], params: list[Any]
+) -> sql.Composable:
+    return sql.SQL(", ").join(
+        sql.SQL("{} = {}").format(sql.Identifier(k), _value(conn, v, params))
+        for k, v in values.items()
+    )
 
 
 def make_jobs(
@@ -58,7 +70,7 @@ def make_jobs(
     """Insert ``count`` jobs in one statement, walk them to ``status``; return their ids.
 
     ``columns`` set columns of jobsd.jobs at the insert (defaults: org ``o``, type ``t``;
-    a scheduled job's ``run_after`` is a day ahead). A value is sent as a literal
+    a scheduled job's ``run_after`` is a day ahead). A value is sent as a parameter
     (a dict or list as jsonb), or written as it is when it is a ``psycopg.sql``
     expression, which may use ``g``, the row's number from 1 (``sql.SQL("g % 7")``).
     ``claim`` sets columns on the way into ``running``, as a claim does
@@ -70,24 +82,19 @@ def make_jobs(
     values: dict[str, Any] = {"org_id": "o", "type": "t", **columns, "status": born}
     if born == "scheduled":
         values.setdefault("run_after", SCHEDULED_RUN_AFTER)
+    params: list[Any] = []
+    exprs = [_value(conn, v, params) for v in values.values()]
     insert = sql.SQL(
-        "INSERT INTO jobsd.jobs ({}) SELECT {} FROM generate_series(1, {}) AS g RETURNING id"
-    ).format(
-        sql.SQL(", ").join(map(sql.Identifier, values)),
-        sql.SQL(", ").join(map(_value, values.values())),
-        sql.Literal(count),
-    )
-    ids: list[uuid.UUID] = [row[0] for row in conn.execute(insert).fetchall()]
+        "INSERT INTO jobsd.jobs ({}) SELECT {} FROM generate_series(1, %s) AS g RETURNING id"
+    ).format(sql.SQL(", ").join(map(sql.Identifier, values)), sql.SQL(", ").join(exprs))
+    ids: list[uuid.UUID] = [row[0] for row in conn.execute(insert, [*params, count])]
     for step in PATHS[status]:
+        params = []
         sets = {"status": step, **((claim or {}) if step == "running" else {})}
-        conn.execute(
-            sql.SQL("UPDATE jobsd.jobs SET {} WHERE id = ANY({})").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{} = {}").format(sql.Identifier(k), _value(v)) for k, v in sets.items()
-                ),
-                sql.Literal(ids),
-            )
+        update = sql.SQL("UPDATE jobsd.jobs SET {} WHERE id = ANY(%s)").format(
+            _assignments(conn, sets, params)
         )
+        conn.execute(update, [*params, ids])
     return ids
 
 
