@@ -1,10 +1,10 @@
 """The ``jobsd queue`` commands: create, list, set, pause, resume and drop queues.
 
-``jobsd.cli`` attaches them with ``register(main)``. They connect like ``jobsd roles``:
-``--database-url`` or ``JOBSD_DATABASE_URL``, refused over plaintext TCP unless
-``JOBSD_ALLOW_INSECURE`` is set (then a warning line). Errors are one line on stderr
-(``jobsd: error: ...``) and exit status 1, like every jobsd command. The work itself
-is ``jobsd.admin.queues``; semantics in docs/queues.md.
+They connect like ``jobsd roles``: ``--database-url`` or ``JOBSD_DATABASE_URL``,
+refused over plaintext TCP unless ``JOBSD_ALLOW_INSECURE`` is set (then a warning
+line). Errors are one line on stderr (``jobsd: error: ...``) and exit status 1, like
+every jobsd command. The work itself is ``jobsd.admin.queues``; semantics in
+docs/queues.md.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from jobsd.cli.common import given_url, run_async, warn_if_insecure
 from jobsd.cli.errors import fail, friendly_errors
-from jobsd.errors import ConfigError, UnknownQueue
+from jobsd.errors import UnknownQueue
 
 if TYPE_CHECKING:
     from jobsd.admin.queues import QueueInfo
@@ -74,27 +75,10 @@ def _run(database_url: str | None, operation: str, work: Callable[[Any], Awaitab
     ``conn`` is an autocommit async connection; ``work`` opens its own transaction
     where it needs one (``jobsd.admin.queues`` does).
     """
-    import anyio
-    import psycopg
-
-    from jobsd.security import require_secure_connection
-    from jobsd.store.db import db_errors
-
-    if not database_url:
-        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
-    insecure = require_secure_connection(database_url)
-    if insecure is not None:
-        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
-
-    async def apply() -> T:
-        with db_errors(operation):
-            async with await psycopg.AsyncConnection.connect(
-                database_url, autocommit=True, application_name="jobsd-queue"
-            ) as conn:
-                return await work(conn)
-
+    url = given_url(database_url)
+    warn_if_insecure(url)
     try:
-        return anyio.run(apply)
+        return run_async(url, operation, work, command="queue")
     except UnknownQueue as exc:
         fail(f"unknown queue {exc.queue!r} (see `jobsd queue list`)")
     except ValueError as exc:  # e.g. dropping 'default'

@@ -21,6 +21,7 @@ from pydantic import (
     field_validator,
 )
 
+from jobsd.jobspec import EnqueueOptions
 from jobsd.models import QUEUE_NAME_PATTERN, Job, JobStatus
 
 __all__ = [
@@ -117,6 +118,18 @@ class JobIn(BaseModel):
         "until then, and fails with reason 'dependency <id> <state>' if one fails or is "
         "cancelled.",
     )
+
+    def options(self, job_id: uuid.UUID) -> EnqueueOptions:
+        """Return the enqueue options of this submission, with its job id (fixed by now)."""
+        return EnqueueOptions(
+            queue=self.queue,
+            dedup_key=self.dedup_key,
+            run_after=self.run_after,
+            job_id=job_id,
+            priority=self.priority,
+            concurrency_key=self.concurrency_key,
+            depends_on=self.depends_on,
+        )
 
     @field_validator("run_after")
     @classmethod
