@@ -13,8 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self, TypeVar, Unpack
 
 from jobsd.admin.queues import (
-    UNCHANGED,
-    Unchanged,
+    QueueLimits,
     create_queue,
     drop_queue,
     list_queues,
@@ -34,16 +33,20 @@ from jobsd.store.db import AsyncConn, AsyncPool, SyncConn, SyncPool, acquire, ac
 __all__ = ["Client", "EnqueueOptions", "JobSpec", "SyncClient"]
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 # connections of the client's pool; a pool timeout of 2 s answers "unavailable" fast
 _POOL_TIMEOUT_S = 2.0
 
 
-def _database_url(database_url: str | None, settings: Settings) -> str:
+def _own_pool(make: Callable[..., P], database_url: str | None, settings: Settings) -> P:
+    """Create (unopened) a client's pool on ``database_url``, else JOBSD_DATABASE_URL."""
     url = database_url or settings.database_url
     if not url:
         raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
-    return url
+    return make(
+        url, name="client", min_size=1, max_size=settings.pool_size, timeout_s=_POOL_TIMEOUT_S
+    )
 
 
 class Client:
@@ -57,13 +60,7 @@ class Client:
         self, database_url: str | None = None, *, settings: Settings | None = None
     ) -> None:
         self.settings = settings or Settings()
-        self._pool: AsyncPool = make_async_pool(
-            _database_url(database_url, self.settings),
-            name="client",
-            min_size=1,
-            max_size=self.settings.pool_size,
-            timeout_s=_POOL_TIMEOUT_S,
-        )
+        self._pool: AsyncPool = _own_pool(make_async_pool, database_url, self.settings)
         self._opened = False
 
     async def __aenter__(self) -> Self:
@@ -152,44 +149,20 @@ class Client:
 
     # Queue administration: see jobsd.admin.queues (and docs/queues.md) for the semantics.
 
-    async def create_queue(
-        self,
-        name: str,
-        *,
-        capacity: int | None = None,
-        concurrency_limit: int | None = None,
-        retention_days: int | None = None,
-    ) -> QueueInfo:
-        """Declare a queue; raise QueueExists if the name is taken."""
+    async def create_queue(self, name: str, **limits: Unpack[QueueLimits]) -> QueueInfo:
+        """Declare a queue (limits: ``capacity``, ``concurrency_limit``, ``retention_days``).
+
+        Raises QueueExists if the name is taken.
+        """
         return await self._run(
-            f"creation of queue {name!r}",
-            lambda conn: create_queue(
-                conn,
-                name,
-                capacity=capacity,
-                concurrency_limit=concurrency_limit,
-                retention_days=retention_days,
-            ),
+            f"creation of queue {name!r}", lambda conn: create_queue(conn, name, **limits)
         )
 
-    async def set_queue_limits(
-        self,
-        name: str,
-        *,
-        capacity: int | Unchanged | None = UNCHANGED,
-        concurrency_limit: int | Unchanged | None = UNCHANGED,
-        retention_days: int | Unchanged | None = UNCHANGED,
-    ) -> QueueInfo:
+    async def set_queue_limits(self, name: str, **changes: Unpack[QueueLimits]) -> QueueInfo:
         """Change the limits given (None removes one); see ``admin.queues.set_queue_limits``."""
         return await self._run(
             f"change of the limits of queue {name!r}",
-            lambda conn: set_queue_limits(
-                conn,
-                name,
-                capacity=capacity,
-                concurrency_limit=concurrency_limit,
-                retention_days=retention_days,
-            ),
+            lambda conn: set_queue_limits(conn, name, **changes),
         )
 
     async def list_queues(self) -> list[QueueInfo]:
@@ -219,13 +192,7 @@ class SyncClient:
         self, database_url: str | None = None, *, settings: Settings | None = None
     ) -> None:
         self.settings = settings or Settings()
-        self._pool: SyncPool = make_sync_pool(
-            _database_url(database_url, self.settings),
-            name="client",
-            min_size=1,
-            max_size=self.settings.pool_size,
-            timeout_s=_POOL_TIMEOUT_S,
-        )
+        self._pool: SyncPool = _own_pool(make_sync_pool, database_url, self.settings)
         self._opened = False
 
     def __enter__(self) -> Self:

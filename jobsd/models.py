@@ -78,6 +78,28 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
+# the columns every version of jobsd.jobs has (migration 0001), read as they are
+_JOB_COLUMNS = (
+    "id",
+    "org_id",
+    "type",
+    "queue",
+    "attempts",
+    "dedup_key",
+    "payload",
+    "progress",
+    "report",
+    "error",
+    "reason",
+    "run_after",
+    "lease_id",
+    "worker_id",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A row of ``jobsd.jobs``."""
@@ -111,24 +133,8 @@ class Job:
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         """Build a job from a dict row; unknown columns (added by later migrations) are ignored."""
         return cls(
-            id=row["id"],
-            org_id=row["org_id"],
-            type=row["type"],
-            queue=row["queue"],
+            **{name: row[name] for name in _JOB_COLUMNS},
             status=JobStatus(row["status"]),
-            attempts=row["attempts"],
-            dedup_key=row["dedup_key"],
-            payload=row["payload"],
-            progress=row["progress"],
-            report=row["report"],
-            error=row["error"],
-            reason=row["reason"],
-            run_after=row["run_after"],
-            lease_id=row["lease_id"],
-            worker_id=row["worker_id"],
-            created_at=row["created_at"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
             cancel_requested_at=row.get("cancel_requested_at"),
             priority=row.get("priority", 0),
             concurrency_key=row.get("concurrency_key"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import re
+from typing import TypedDict, Unpack
 
 from jobsd.models import OPEN_STATES, QUEUE_NAME_PATTERN, QueueInfo
 from jobsd.store import queues as store
@@ -28,6 +29,7 @@ __all__ = [
     "OPEN_STATES",
     "UNCHANGED",
     "QueueInfo",
+    "QueueLimits",
     "Unchanged",
     "check_limit",
     "check_queue_name",
@@ -52,12 +54,35 @@ _LIMITS = {
 
 
 class Unchanged(enum.Enum):
-    """The type of ``UNCHANGED``: leave a limit as it is."""
+    """The type of ``UNCHANGED``: leave a limit as it is (as leaving it out does)."""
 
     UNCHANGED = "unchanged"
 
 
 UNCHANGED = Unchanged.UNCHANGED
+
+
+class QueueLimits(TypedDict, total=False):
+    """A queue's limits, each optional; None is unset (left out: unchanged, or unset)."""
+
+    capacity: int | Unchanged | None
+    """Open jobs at most; enqueues beyond it are refused (QueueFull)."""
+    concurrency_limit: int | Unchanged | None
+    """Running jobs of one concurrency key at most (None: the default, 1)."""
+    retention_days: int | Unchanged | None
+    """Days ``jobsd prune`` keeps finished jobs (None: until deleted)."""
+
+
+def _checked(limits: QueueLimits) -> dict[str, int | None]:
+    """Check the limits given; leave out those left out or ``UNCHANGED``."""
+    unknown = sorted(set(limits) - set(_LIMITS))
+    if unknown:
+        raise TypeError(f"unknown queue limit {unknown[0]!r}")
+    return {
+        field: check_limit(field, value)
+        for field, value in limits.items()
+        if not isinstance(value, Unchanged)
+    }
 
 
 def check_queue_name(name: object) -> str:
@@ -83,58 +108,28 @@ def check_limit(field: str, value: object) -> int | None:
     return value
 
 
-async def create_queue(
-    conn: AsyncConn,
-    name: str,
-    *,
-    capacity: int | None = None,
-    concurrency_limit: int | None = None,
-    retention_days: int | None = None,
-) -> QueueInfo:
-    """Declare a queue and return it; raise QueueExists if the name is taken."""
-    return await store.create_queue(
-        conn,
-        check_queue_name(name),
-        capacity=check_limit("capacity", capacity),
-        concurrency_limit=check_limit("concurrency_limit", concurrency_limit),
-        retention_days=check_limit("retention_days", retention_days),
-    )
+async def create_queue(conn: AsyncConn, name: str, **limits: Unpack[QueueLimits]) -> QueueInfo:
+    """Declare a queue with the limits given and return it; raise QueueExists if taken."""
+    return await store.create(conn, check_queue_name(name), _checked(limits))
 
 
-async def set_queue_limits(
-    conn: AsyncConn,
-    name: str,
-    *,
-    capacity: int | Unchanged | None = UNCHANGED,
-    concurrency_limit: int | Unchanged | None = UNCHANGED,
-    retention_days: int | Unchanged | None = UNCHANGED,
-) -> QueueInfo:
+async def set_queue_limits(conn: AsyncConn, name: str, **changes: Unpack[QueueLimits]) -> QueueInfo:
     """Change the limits given (None removes one), leave the others; return the queue.
 
     A capacity below the queue's open jobs is accepted: enqueues are refused until
     fewer jobs are open than the capacity. Raises UnknownQueue.
     """
-    given = {
-        "capacity": capacity,
-        "concurrency_limit": concurrency_limit,
-        "retention_days": retention_days,
-    }
-    changes = {
-        field: check_limit(field, value)
-        for field, value in given.items()
-        if not isinstance(value, Unchanged)
-    }
-    return await store.set_queue_limits(conn, check_queue_name(name), changes)
+    return await store.set_limits(conn, check_queue_name(name), _checked(changes))
 
 
 async def list_queues(conn: AsyncConn) -> list[QueueInfo]:
     """Return every declared queue, by name, with its open jobs by state."""
-    return await store.list_queues(conn)
+    return await store.list_all(conn)
 
 
 async def get_queue(conn: AsyncConn, name: str) -> QueueInfo:
     """Return one queue; raise UnknownQueue if it is not declared."""
-    return await store.get_queue(conn, check_queue_name(name))
+    return await store.get(conn, check_queue_name(name))
 
 
 async def pause_queue(conn: AsyncConn, name: str) -> QueueInfo:
@@ -142,7 +137,7 @@ async def pause_queue(conn: AsyncConn, name: str) -> QueueInfo:
 
     Idempotent: pausing a paused queue keeps its first ``paused_at``. Raises UnknownQueue.
     """
-    return await store.pause_queue(conn, check_queue_name(name))
+    return await store.pause(conn, check_queue_name(name))
 
 
 async def resume_queue(conn: AsyncConn, name: str) -> QueueInfo:
@@ -151,7 +146,7 @@ async def resume_queue(conn: AsyncConn, name: str) -> QueueInfo:
     Idempotent: resuming a queue that is not paused changes nothing (it still wakes
     the daemons). Raises UnknownQueue.
     """
-    return await store.resume_queue(conn, check_queue_name(name))
+    return await store.resume(conn, check_queue_name(name))
 
 
 async def drop_queue(conn: AsyncConn, name: str) -> int:
@@ -167,4 +162,4 @@ async def drop_queue(conn: AsyncConn, name: str) -> int:
             f"the queue {DEFAULT_QUEUE!r} cannot be dropped: enqueues without a queue use "
             "it; pause it instead"
         )
-    return await store.drop_queue(conn, name)
+    return await store.drop(conn, name)

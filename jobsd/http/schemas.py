@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
@@ -121,15 +121,8 @@ class JobIn(BaseModel):
 
     def options(self, job_id: uuid.UUID) -> EnqueueOptions:
         """Return the enqueue options of this submission, with its job id (fixed by now)."""
-        return EnqueueOptions(
-            queue=self.queue,
-            dedup_key=self.dedup_key,
-            run_after=self.run_after,
-            job_id=job_id,
-            priority=self.priority,
-            concurrency_key=self.concurrency_key,
-            depends_on=self.depends_on,
-        )
+        given = self.model_dump(include=set(EnqueueOptions.__optional_keys__) - {"job_id"})
+        return cast(EnqueueOptions, {**given, "job_id": job_id})
 
     @field_validator("run_after")
     @classmethod

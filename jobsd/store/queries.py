@@ -198,14 +198,15 @@ def _cap(error: str | None) -> str | None:
 
 
 def _sweep_params(
-    *,
-    stale_after_s: float | None,
     max_attempts: dict[str, int],
     delivery: dict[str, str] | None,
     default_max_attempts: int,
-    now: datetime | None,
+    *,
+    stale_after_s: float | None = None,
+    now: datetime | None = None,
     dead_workers: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """Return the parameters of ``jobs_sweep_stale``: the types' rules as parallel arrays."""
     types = sorted(set(max_attempts) | set(delivery or {}))
     return {
         "now": now,
@@ -229,13 +230,8 @@ async def sweep_stale(
     now: datetime | None = None,
 ) -> list[Job]:
     """Rescue running jobs whose heartbeat is stale, per their type's delivery."""
-    params = _sweep_params(
-        stale_after_s=stale_after_s,
-        max_attempts=max_attempts,
-        delivery=delivery,
-        default_max_attempts=default_max_attempts,
-        now=now,
-    )
+    rules = (max_attempts, delivery, default_max_attempts)
+    params = _sweep_params(*rules, stale_after_s=stale_after_s, now=now)
     with db_errors(f"sweep by worker {worker_id!r}"):
         async with conn.transaction():
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
@@ -271,14 +267,8 @@ async def sweep_dead_workers(
             if not dead:
                 return DeadSweep([], [])
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
-            params = _sweep_params(
-                stale_after_s=None,
-                max_attempts=max_attempts,
-                delivery=delivery,
-                default_max_attempts=default_max_attempts,
-                now=None,
-                dead_workers=dead,
-            )
+            rules = (max_attempts, delivery, default_max_attempts)
+            params = _sweep_params(*rules, dead_workers=dead)
             rows = await run_named(conn, "jobs_sweep_stale", params)
             await run_named(conn, "workers_delete_many", {"worker_ids": dead})
     return DeadSweep(dead, [Job.from_row(r) for r in rows])

@@ -17,15 +17,7 @@ from jobsd.models import QueueInfo
 from jobsd.store.db import AsyncConn, db_errors
 from jobsd.store.named import run_named
 
-__all__ = [
-    "create_queue",
-    "drop_queue",
-    "get_queue",
-    "list_queues",
-    "pause_queue",
-    "resume_queue",
-    "set_queue_limits",
-]
+__all__ = ["create", "drop", "get", "list_all", "pause", "resume", "set_limits"]
 
 LIMITS = ("capacity", "concurrency_limit", "retention_days")
 
@@ -52,39 +44,26 @@ async def _change(
             return await _info(conn, name)
 
 
-async def list_queues(conn: AsyncConn) -> list[QueueInfo]:
+async def list_all(conn: AsyncConn) -> list[QueueInfo]:
     """Return every declared queue, by name, with its open jobs by state."""
     with db_errors("listing of the queues"):
         rows = await run_named(conn, "queues_info", {"name": None})
     return [QueueInfo.from_row(r) for r in rows]
 
 
-async def get_queue(conn: AsyncConn, name: str) -> QueueInfo:
+async def get(conn: AsyncConn, name: str) -> QueueInfo:
     """Return one queue; raise UnknownQueue if it is not declared."""
     with db_errors(f"read of queue {name!r}"):
         return await _info(conn, name)
 
 
-async def create_queue(
-    conn: AsyncConn,
-    name: str,
-    *,
-    capacity: int | None,
-    concurrency_limit: int | None,
-    retention_days: int | None,
-) -> QueueInfo:
-    """Declare a queue and return it; raise QueueExists if the name is taken."""
-    limits = {
-        "capacity": capacity,
-        "concurrency_limit": concurrency_limit,
-        "retention_days": retention_days,
-    }
-    return await _change(conn, name, "queues_create", limits, f"creation of queue {name!r}")
+async def create(conn: AsyncConn, name: str, limits: Mapping[str, int | None]) -> QueueInfo:
+    """Declare a queue with ``limits`` (None or left out: unset); raise QueueExists if taken."""
+    params = {field: limits.get(field) for field in LIMITS}
+    return await _change(conn, name, "queues_create", params, f"creation of queue {name!r}")
 
 
-async def set_queue_limits(
-    conn: AsyncConn, name: str, changes: Mapping[str, int | None]
-) -> QueueInfo:
+async def set_limits(conn: AsyncConn, name: str, changes: Mapping[str, int | None]) -> QueueInfo:
     """Set the limits in ``changes`` (None removes one), leave the others; raise UnknownQueue."""
     params: dict[str, Any] = {}
     for field in LIMITS:
@@ -94,17 +73,17 @@ async def set_queue_limits(
     return await _change(conn, name, "queues_set_limits", params, operation)
 
 
-async def pause_queue(conn: AsyncConn, name: str) -> QueueInfo:
+async def pause(conn: AsyncConn, name: str) -> QueueInfo:
     """Stop claims from the queue; keep the first ``paused_at``; raise UnknownQueue."""
     return await _change(conn, name, "queues_pause", {}, f"pause of queue {name!r}")
 
 
-async def resume_queue(conn: AsyncConn, name: str) -> QueueInfo:
+async def resume(conn: AsyncConn, name: str) -> QueueInfo:
     """Let daemons claim from the queue and wake them (NOTIFY at commit); raise UnknownQueue."""
     return await _change(conn, name, "queues_resume", {}, f"resume of queue {name!r}")
 
 
-async def drop_queue(conn: AsyncConn, name: str) -> int:
+async def drop(conn: AsyncConn, name: str) -> int:
     """Delete a queue without open jobs, with its finished jobs; return how many.
 
     Raises UnknownQueue, QueueNotEmpty (nothing deleted).
