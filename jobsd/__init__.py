@@ -33,9 +33,9 @@ from jobsd.registry import handler
 from jobsd.retry import RetryPolicy, exponential_backoff
 from jobsd.store import AsyncConn, SyncConn
 
-# What an application uses; everything else has a module of its own: every error in
-# jobsd.errors, bulk enqueue specs (JobSpec) in jobsd.client, queue administration in
-# jobsd.admin.queues, custom registries in jobsd.registry (docs/api.md).
+# What an application uses (README "Enqueue"); everything else has a module of its own:
+# every error in jobsd.errors, EnqueueOptions and bulk specs (JobSpec) in jobsd.client,
+# queue administration in jobsd.admin.queues, custom registries in jobsd.registry.
 __all__ = [
     "BackendUnavailable",
     "Client",

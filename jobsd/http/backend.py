@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
-from anyio.abc import TaskGroup
 
 from jobsd.errors import BackendUnavailable, ConfigError
 from jobsd.http.monitor import LoopMonitor
@@ -60,7 +59,6 @@ class ApiBackend:
         self.submit_limiter: SubmitLimiter | None = SubmitLimiter(rate) if rate else None
         self._pool: AsyncPool | None = None
         self._waiter: DoneWaiter | None = None
-        self._tg: TaskGroup | None = None
         self._ready: anyio.Event | None = None
 
     @property
