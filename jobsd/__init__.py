@@ -20,6 +20,7 @@ from jobsd.client import Client, SyncClient
 from jobsd.context import JobContext
 from jobsd.errors import (
     BackendUnavailable,
+    ConfigError,
     JobNotFound,
     JobsdError,
     OutcomeUnknown,
@@ -39,6 +40,7 @@ from jobsd.store import AsyncConn, SyncConn
 __all__ = [
     "BackendUnavailable",
     "Client",
+    "ConfigError",
     "Job",
     "JobContext",
     "JobEvent",
