@@ -77,7 +77,9 @@ async def worker_process(
         if line.strip() != "ready":
             raise RuntimeError(f"{lib} worker did not start (exit code {proc.poll()})")
         yield worker
-    finally:
-        code = await worker.stop()
-        if code not in (0, -signal.SIGTERM):
-            raise RuntimeError(f"{lib} worker exited with code {code}")
+    except BaseException:
+        await worker.stop()
+        raise
+    code = await worker.stop()
+    if code not in (0, -signal.SIGTERM):
+        raise RuntimeError(f"{lib} worker exited with code {code}")
