@@ -80,6 +80,9 @@ class BenchServer:
             self._embedded = EmbeddedPostgres(fsync=fsync)
             self._embedded.start()
             database_url = self._embedded.url()
+            # our own throwaway cluster on 127.0.0.1, plaintext like `jobsd dev`'s: the
+            # bench, its worker processes and the peers' may connect without TLS
+            os.environ.setdefault("JOBSD_ALLOW_INSECURE", "1")
         self.admin_url = database_url
         self.bindir = self._embedded.bindir if self._embedded is not None else None
         self._prefix = f"jobsd_bench_{os.getpid()}"
