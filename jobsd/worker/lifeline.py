@@ -21,7 +21,7 @@ from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.store import workers
-from jobsd.store.workers import WorkerConnection
+from jobsd.store.db import AsyncConn
 from jobsd.worker.clock import Clock
 from jobsd.worker.loop import pause, run_loop
 
@@ -49,7 +49,7 @@ class Lifeline:
 
     def __init__(
         self,
-        connect: Callable[[], Awaitable[WorkerConnection]],
+        connect: Callable[[], Awaitable[AsyncConn]],
         cfg: LifelineSettings,
         clock: Clock,
     ) -> None:
@@ -58,7 +58,7 @@ class Lifeline:
         self.clock = clock
         self.registered = False
         self.registrations = 0
-        self._conn: WorkerConnection | None = None
+        self._conn: AsyncConn | None = None
 
     async def run_once(self) -> bool:
         """Register when not registered (connect, lock, insert the row); else prove the
@@ -111,7 +111,7 @@ class Lifeline:
                 log.warning("worker.deregister_failed", extra={"error": str(exc)})
         await self._drop()
 
-    async def _register(self, conn: WorkerConnection) -> None:
+    async def _register(self, conn: AsyncConn) -> None:
         # the lock first: a row that is visible always has its lock held
         with anyio.fail_after(_LOCK_WAIT_S):
             while not await workers.lock_worker(conn, self.cfg.worker_id):
@@ -122,7 +122,7 @@ class Lifeline:
         self.registrations += 1
         log.info("worker.registered", extra={"worker_id": self.cfg.worker_id})
 
-    async def _insert_row(self, conn: WorkerConnection) -> None:
+    async def _insert_row(self, conn: AsyncConn) -> None:
         await workers.register_worker(
             conn, self.cfg.worker_id, hostname=self.cfg.hostname, pid=self.cfg.pid
         )

@@ -16,7 +16,8 @@ import anyio.lowlevel
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable
-from jobsd.store.listen import ListenConnection, notifications
+from jobsd.store.db import AsyncConn
+from jobsd.store.listen import notifications
 from jobsd.worker.clock import Clock
 from jobsd.worker.loop import run_loop
 from jobsd.worker.stats import DaemonStats
@@ -44,7 +45,7 @@ class Listener:
 
     def __init__(
         self,
-        connect: Callable[[], Awaitable[ListenConnection]],
+        connect: Callable[[], Awaitable[AsyncConn]],
         cfg: ListenerSettings,
         clock: Clock,
         waker: Waker,
@@ -56,7 +57,7 @@ class Listener:
         self.waker = waker
         self.stats = stats
         self.connected = False
-        self._conn: ListenConnection | None = None
+        self._conn: AsyncConn | None = None
         self._connections = 0
 
     async def run_once(self, *, timeout_s: float = 0.0, stop_after: int | None = None) -> int:

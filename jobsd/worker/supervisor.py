@@ -25,8 +25,9 @@ from jobsd.http import serve as serve_http
 from jobsd.http.settings import HttpSettings
 from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
-from jobsd.store import workers
-from jobsd.store.db import AsyncPool, acquire, make_async_pool
+from jobsd.store import api, workers
+from jobsd.store.connect import make_async_pool
+from jobsd.store.db import AsyncPool, acquire
 from jobsd.store.listen import open_listen_connection
 from jobsd.worker import sdnotify
 from jobsd.worker.claimer import Claimer, ClaimerSettings
@@ -182,7 +183,7 @@ class Daemon:
         if self.settings.notify and not self.listener.connected:
             return False
         async with acquire(self.pool, "watchdog check") as conn:
-            await workers.ping(conn)
+            await api.ping(conn)
         return True
 
     def stop(self) -> None:

@@ -1,9 +1,9 @@
 """Rescue running jobs whose owner died or stopped heartbeating.
 
 Model: every daemon holds a session advisory lock for its worker id while it lives
-(``lifeline.py``). Every ``death_check_interval`` (jittered) the sweeper tries the lock of each
-other registered worker; one it can take is dead, proven: its running jobs are
-rescued at once and its row deleted. Owners that are alive but hung are caught by
+(``lifeline.py``). Every ``death_check_interval`` (jittered) the sweeper tries the
+lock of each other registered worker; one it can take is dead, proven: its running
+jobs are rescued at once and its row deleted. Owners that are alive but hung are caught by
 the heartbeat: a running job whose ``progress.updated_at`` (else ``started_at``) is
 older than ``stale_after`` is rescued too (checked at start, then every
 ``sweep_interval``, jittered).

@@ -31,7 +31,3 @@ ORDER BY worker_id;
 
 -- name: workers_delete_many
 DELETE FROM jobsd.workers WHERE worker_id = ANY(%(worker_ids)s::text[]);
-
--- name: workers_ping
--- The daemon's health check (systemd watchdog): the pool hands out a connection that answers.
-SELECT 1 AS ok;

@@ -14,11 +14,12 @@ from functools import partial
 import pytest
 
 import jobsd
-from jobsd.errors import BackendUnavailable
+from jobsd.errors import BackendUnavailable, ConfigError
 from jobsd.models import Job
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, make_async_pool
+from jobsd.store.connect import make_async_pool
+from jobsd.store.db import AsyncPool
 from jobsd.store.listen import open_listen_connection
 from jobsd.store.workers import open_worker_connection
 from jobsd.worker.claimer import Claimer, ClaimerSettings
@@ -257,3 +258,11 @@ async def test_a_lost_lifeline_connection_is_dropped_and_remade(db_url: str, db:
         assert lifeline.registrations == 2
     finally:
         await lifeline.aclose()
+
+
+async def test_the_lifeline_connection_gets_the_tls_policy(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "0")
+    with pytest.raises(ConfigError, match="refusing an unencrypted database connection"):
+        await open_worker_connection(db_url)  # plaintext TCP: refused, never retried
