@@ -13,6 +13,7 @@ every figure has been recorded for the report.
 from __future__ import annotations
 
 import operator
+import os
 import re
 import signal
 import statistics
@@ -34,6 +35,7 @@ from service.history import history_problems
 
 from jobsd.client import SyncClient
 from jobsd.errors import BackendUnavailable, JobsdError, OutcomeUnknown
+from jobsd.http.tokens import create_token
 
 __all__ = [
     "LEASE_ENV",
@@ -185,21 +187,23 @@ class Producer(threading.Thread):
         types: Iterable[str] = ("work",),
         ms: int = 50,
         deadline_s: float = 60.0,
+        pad_bytes: int = 0,
     ) -> None:
         super().__init__(daemon=True)
         self.url, self.count, self.pace_s, self.ms = url, count, pace_s, ms
+        self.pad_bytes = pad_bytes
         self.types = list(types)
         self.deadline_s = deadline_s
         self.acked: list[uuid.UUID] = []
         self.refused: list[uuid.UUID] = []
         self.unknown: list[uuid.UUID] = []
         self.errors: list[str] = []
-        self.first_ack_after: Callable[[float], float | None] = self._first_ack_after
-        self._ack_times: list[float] = []
+        self.ack_times: list[float] = []
         self.stop_flag = threading.Event()
 
-    def _first_ack_after(self, t: float) -> float | None:
-        later = [s for s in self._ack_times if s >= t]
+    def first_ack_after(self, t: float) -> float | None:
+        """Return when (monotonic) the first job after ``t`` was acknowledged."""
+        later = [s for s in self.ack_times if s >= t]
         return min(later) if later else None
 
     def run(self) -> None:
@@ -210,9 +214,12 @@ class Producer(threading.Thread):
                     break
                 job_id = uuid.uuid4()
                 kind = self.types[n % len(self.types)]
+                payload: dict[str, Any] = {"ms": self.ms, "n": n}
+                if self.pad_bytes:  # incompressible: every byte reaches the WAL
+                    payload["pad"] = os.urandom(self.pad_bytes // 2).hex()
                 while time.monotonic() < end:
                     try:
-                        client.enqueue(kind, {"ms": self.ms, "n": n}, org_id="acme", job_id=job_id)
+                        client.enqueue(kind, payload, org_id="acme", job_id=job_id)
                     except OutcomeUnknown:
                         self.unknown.append(job_id)
                         time.sleep(0.1)
@@ -223,7 +230,7 @@ class Producer(threading.Thread):
                         self.errors.append(f"{job_id}: {exc}")
                     else:
                         self.acked.append(job_id)
-                        self._ack_times.append(time.monotonic())
+                        self.ack_times.append(time.monotonic())
                     break
                 time.sleep(self.pace_s)
 
@@ -271,6 +278,19 @@ class Scenario:
         if ready:
             proc.wait_ready(timeout_s=30)
         return proc
+
+    def api(self, *, url: str | None = None, **settings: str) -> tuple[TimedProc, str]:
+        """Start ``jobsd api`` on a free port; return it and its base URL once it listens."""
+        env = self.env(url, **settings)
+        proc = self.spawn("api", "--addr", "127.0.0.1:0", env=env)
+        match = proc.wait_for(r"\bapi\.listening\b.*addr=(\S+)", timeout_s=30)
+        return proc, f"http://{match.group(1)}"
+
+    def token(self, org_id: str = "acme") -> str:
+        """Create an API token for ``org_id`` and return it."""
+        with self.conn() as conn:
+            secret, _ = create_token(conn, org_id, "faults")
+        return secret
 
     def kill(self, proc: TimedProc, sig: signal.Signals = signal.SIGKILL) -> float:
         """Send ``sig``; for SIGKILL, wait for the death and remember its time."""
