@@ -399,13 +399,19 @@ class Scenario:
         return value
 
     def first_event_after(
-        self, after: datetime, *, to: Iterable[str] = ("running", *TERMINAL)
+        self,
+        after: datetime,
+        *,
+        to: Iterable[str] = ("running", *TERMINAL),
+        worker_pid: int | None = None,
     ) -> datetime | None:
-        """Return when the first claim or completion after ``after`` was recorded."""
+        """Return when the first claim or completion after ``after`` was recorded (by the
+        daemon of ``worker_pid``, if given)."""
         value = self.scalar(
             "SELECT min(at) FROM jobsd.job_events WHERE at > %s AND to_status = ANY(%s) "
-            "AND from_status IS DISTINCT FROM to_status AND from_status IS NOT NULL",
-            (after, list(to)),
+            "AND from_status IS DISTINCT FROM to_status AND from_status IS NOT NULL "
+            "AND (%s::text IS NULL OR split_part(worker_id, ':', 2) = %s::text)",
+            (after, list(to), worker_pid, worker_pid),
         )
         return value if isinstance(value, datetime) else None
 
