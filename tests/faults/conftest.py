@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import Check, Scenario
+from harness import Campaign, Check, Scenario
 from psycopg import sql
 
 from jobsd.embedded import EmbeddedPostgres
@@ -48,6 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     full = os.environ.get(SELECT_ENV, "").lower() in ("all", "1", "full") or "faults" in (
         config.option.markexpr or ""
     )
+    Campaign.full = full
     kept, dropped = [], []
     for item in items:
         if _ours(item):

@@ -39,6 +39,8 @@ from jobsd.http.tokens import create_token
 
 __all__ = [
     "LEASE_ENV",
+    "Campaign",
+    "sized",
     "Audit",
     "Producer",
     "Scenario",
@@ -73,6 +75,17 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt,
     ">": operator.gt,
 }
+
+
+class Campaign:
+    """Whether the full campaign runs (conftest sets it at collection): sizes follow it."""
+
+    full = False
+
+
+def sized(quick: int, full: int) -> int:
+    """Return the full campaign's size of a workload, or the quick subset's."""
+    return full if Campaign.full else quick
 
 
 class TimedProc(Proc):
@@ -347,6 +360,18 @@ class Scenario:
                 dur = ms(n) if callable(ms) else ms
                 job = client.enqueue(kinds[n % len(kinds)], {"ms": dur, "n": n}, org_id="acme")
                 ids.append(job.id)
+        self.acked.update(ids)
+        return ids
+
+    def enqueue_bulk(self, count: int, *, type: str = "work", ms: int = 0) -> list[uuid.UUID]:
+        """Insert ``count`` queued jobs in one statement (setup of the big scenarios)."""
+        rows = self.rows(
+            "INSERT INTO jobsd.jobs (org_id, type, payload) "
+            "SELECT 'acme', %s, jsonb_build_object('ms', %s::int, 'n', n) "
+            "FROM generate_series(1, %s) AS n RETURNING id",
+            (type, ms, count),
+        )
+        ids = [r[0] for r in rows]
         self.acked.update(ids)
         return ids
 
