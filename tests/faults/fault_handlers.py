@@ -85,3 +85,17 @@ async def boom(ctx: jobsd.JobContext) -> None:
     ledger().start(ctx.id, ctx.attempt, ctx.type)
     ledger().end(ctx.id, ctx.attempt, ctx.type, "error")
     raise MemoryError("simulated out of memory")
+
+
+@jobsd.handler("flaky", retry=RetryPolicy(3, backoff=4.0, retry_on=(RuntimeError,)))
+async def flaky(ctx: jobsd.JobContext) -> dict[str, int]:
+    """Fail the first attempt after 1.5 s (heartbeated meanwhile); retried 4 s later
+    (longer than the lease), the next attempt works 2 s and succeeds."""
+
+    async def attempt() -> None:
+        if ctx.attempt == 1:
+            await anyio.sleep(1.5)
+            raise RuntimeError("first attempt fails")
+        await anyio.sleep(2.0)
+
+    return await _run(ctx, attempt)

@@ -65,7 +65,7 @@ LEASE_ENV = {
 
 # what each campaign type may do (fault_handlers.py)
 DELIVERY = {"work": "at_least_once", "once": "at_most_once"}
-MAX_RUNS = {"work": 3, "once": 1, "hang_async": 1, "hang_async_retry": 2, "boom": 1}
+MAX_RUNS = {"work": 3, "once": 1, "hang_async": 1, "hang_async_retry": 2, "boom": 1, "flaky": 3}
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {

@@ -165,3 +165,31 @@ def test_t3_paused_daemon_is_fenced(scenario: Scenario) -> None:
     scenario.expect("fenced_writes", audit.fenced, ">=", 1)
     scenario.expect("completions_applied_from_zombie", completed_by_zombie, "==", 0)
     scenario.verdict()
+
+
+@pytest.mark.scenario("T3-rerun", "a run that follows a retry longer than L is not swept at once")
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: a job run again after a pause longer than JOBSD_STALE_AFTER (a retry "
+    "back-off, a stale rescue) is judged by its previous run's heartbeat until its new "
+    "owner's first one: the sweep (sql/queries/jobs.sql, jobs_sweep_stale: "
+    "coalesce(progress.updated_at, started_at)) requeues the live run, burns its attempts "
+    "and overlaps runs",
+)
+@pytest.mark.timeout(60)
+def test_t3_a_rerun_is_not_swept_before_its_first_heartbeat(scenario: Scenario) -> None:
+    # sweeps every 0.2 s: a sweep certainly runs before the new owner's first heartbeat
+    daemon = scenario.daemon(JOBSD_SWEEP_INTERVAL="0.2")
+    ids = scenario.enqueue(4, types=("flaky",), ms=0)
+    scenario.wait_settled(timeout_s=40)
+    scenario.stop(daemon)
+    audit = scenario.audit()
+    swept = [e for e in scenario.events() if e["reason"] == "stale heartbeat"]
+    attempts = [
+        r[0] for r in scenario.rows("SELECT attempts FROM jobsd.jobs WHERE id = ANY(%s)", (ids,))
+    ]
+    scenario.record(by_status=audit.by_status, attempts=sorted(attempts))
+    scenario.expect_clean(audit)
+    scenario.expect("live_runs_swept", len(swept), "==", 0)
+    scenario.expect("succeeded", audit.by_status.get("succeeded", 0), "==", len(ids))
+    scenario.verdict()
