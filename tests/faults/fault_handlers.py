@@ -14,6 +14,7 @@ under a 2 s timeout.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import anyio
@@ -99,3 +100,11 @@ async def flaky(ctx: jobsd.JobContext) -> dict[str, int]:
         await anyio.sleep(2.0)
 
     return await _run(ctx, attempt)
+
+
+@jobsd.handler("hang_sync", timeout=2.0, delivery="at_most_once")
+def hang_sync(ctx: jobsd.JobContext) -> None:
+    """Block a thread for good; its 2 s timeout cannot stop it (issue 11: the job becomes
+    recovery_required, never failed while the thread runs)."""
+    ledger().start(ctx.id, ctx.attempt, ctx.type)
+    time.sleep(10**6)
