@@ -5,8 +5,9 @@ Selection (tests/faults/README.md): every test here is marked ``faults``. The qu
 subset (one scenario per fault family) runs with the rest of the suite; the scenarios
 marked ``full_campaign`` run only when asked for: ``JOBSD_TEST_FAULTS=all``, or a
 ``-m`` expression that names ``faults`` (``uv run pytest -m faults``), or
-``bench/faults.py``. With ``JOBSD_FAULTS_REPORT=<file>`` each scenario's outcome and
-figures are appended to that file as one JSON line (bench/faults.py reads it).
+``bench/faults.py``. ``JOBSD_FAULTS_ONLY=T1,T4`` keeps those scenarios only. With
+``JOBSD_FAULTS_REPORT=<file>`` each scenario's outcome and figures are appended to that
+file as one JSON line (bench/faults.py reads it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ FAULTS_DIR = Path(__file__).resolve().parent
 SELECT_ENV = "JOBSD_TEST_FAULTS"
 REPORT_ENV = "JOBSD_FAULTS_REPORT"
 SEED_ENV = "JOBSD_FAULTS_SEED"
+ONLY_ENV = "JOBSD_FAULTS_ONLY"
 FIGURES = pytest.StashKey[dict[str, Any]]()
 CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
@@ -49,11 +51,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.option.markexpr or ""
     )
     Campaign.full = full
+    only = [s.strip() for s in os.environ.get(ONLY_ENV, "").split(",") if s.strip()]
     kept, dropped = [], []
     for item in items:
         if _ours(item):
             item.add_marker(pytest.mark.faults)
             if not full and item.get_closest_marker("full_campaign") is not None:
+                dropped.append(item)
+                continue
+            if only and not any(_selects(sel, _scenario_id(item)) for sel in only):
                 dropped.append(item)
                 continue
         kept.append(item)
@@ -62,10 +68,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
+def _scenario_id(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("scenario")
+    return str(marker.args[0]) if marker else item.name
+
+
+def _selects(selector: str, sid: str) -> bool:
+    """``T2`` selects T2a and T2b, ``T1`` selects T1 and T1-orphans but not T10."""
+    if sid == selector:
+        return True
+    rest = sid[len(selector) :] if sid.startswith(selector) else ""
+    return bool(rest) and not rest[0].isdigit()
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report: pytest.TestReport = yield
     if _ours(item):
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):

@@ -12,6 +12,7 @@ every figure has been recorded for the report.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import re
@@ -39,13 +40,13 @@ from jobsd.http.tokens import create_token
 
 __all__ = [
     "LEASE_ENV",
-    "Campaign",
-    "sized",
     "Audit",
+    "Campaign",
     "Producer",
     "Scenario",
     "TimedProc",
     "connect_quietly",
+    "sized",
 ]
 
 FAULTS_DIR = Path(__file__).resolve().parent
@@ -274,16 +275,18 @@ class Scenario:
         env["JOBSD_FAULTS_LEDGER"] = str(self.ledger_path)
         return env
 
-    def spawn(
-        self, *args: str, env: dict[str, str], prefix: tuple[str, ...] = ()
-    ) -> TimedProc:
+    def spawn(self, *args: str, env: dict[str, str], prefix: tuple[str, ...] = ()) -> TimedProc:
         """Start ``jobsd <args>`` (optionally behind a command prefix such as netns exec)."""
         proc = TimedProc([*prefix, *jobsd_command(), *args], env)
         self.procs.append(proc)
         return proc
 
     def daemon(
-        self, *, url: str | None = None, prefix: tuple[str, ...] = (), ready: bool = True,
+        self,
+        *,
+        url: str | None = None,
+        prefix: tuple[str, ...] = (),
+        ready: bool = True,
         **settings: str,
     ) -> TimedProc:
         """Start a daemon and (by default) wait until it claims."""
@@ -324,10 +327,8 @@ class Scenario:
         """Kill every process still alive (teardown) and print their logs' tails."""
         for proc in self.procs:
             if proc.popen.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     proc.send(signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
             proc.kill()
             print(f"--- {' '.join(proc.args[-1:])} pid {proc.pid} exit {proc.popen.returncode}")
             print(proc.text("stderr")[-3000:])
@@ -452,14 +453,16 @@ class Scenario:
         ``settled``: every job should have ended (else it counts as stuck).
         """
         limits = {**MAX_RUNS, **(max_runs or {})}
-        with psycopg.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                jobs = conn.execute("SELECT id, type, status, attempts FROM jobsd.jobs").fetchall()
-                events = conn.execute(
-                    "SELECT id, job_id, from_status, to_status, attempt, reason, at "
-                    "FROM jobsd.job_events ORDER BY job_id, id"
-                ).fetchall()
+        with (
+            psycopg.connect(self.url, autocommit=True, row_factory=dict_row) as conn,
+            conn.transaction(),
+        ):
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            jobs = conn.execute("SELECT id, type, status, attempts FROM jobsd.jobs").fetchall()
+            events = conn.execute(
+                "SELECT id, job_id, from_status, to_status, attempt, reason, at "
+                "FROM jobsd.job_events ORDER BY job_id, id"
+            ).fetchall()
         present = {j["id"] for j in jobs}
         problems = history_problems(jobs, events)
         # the event clock never goes backwards within a job's history
@@ -504,9 +507,7 @@ class Scenario:
             amo_reruns=amo_reruns,
             illegal=len(problems) - phantom,
             phantom_runs=phantom,
-            fenced=sum(
-                1 for e in events if str(e["reason"] or "").startswith("result discarded")
-            ),
+            fenced=sum(1 for e in events if str(e["reason"] or "").startswith("result discarded")),
             runs=sum(len(r) for r in runs.values()),
             problems=problems,
         )
@@ -545,8 +546,10 @@ class Scenario:
         """Fail the test with every unmet criterion (figures are already recorded)."""
         failed = [c.text() for c in self.checks if not c.ok]
         problems = self.figures.get("problems", [])
-        assert not failed, "unmet criteria: " + "; ".join(failed) + (
-            "\n" + "\n".join(problems) if problems else ""
+        assert not failed, (
+            "unmet criteria: "
+            + "; ".join(failed)
+            + ("\n" + "\n".join(problems) if problems else "")
         )
 
 

@@ -86,7 +86,12 @@ def read_runs(path: str | os.PathLike[str]) -> dict[str, list[Run]]:
                 if k not in ("ev", "job", "attempt", "type", "pid", "mono", "wall")
             }
             run = Run(
-                rec["job"], rec["attempt"], rec["type"], rec["pid"], rec["mono"], rec["wall"],
+                rec["job"],
+                rec["attempt"],
+                rec["type"],
+                rec["pid"],
+                rec["mono"],
+                rec["wall"],
                 extra=extra or None,
             )
             open_runs[key] = run

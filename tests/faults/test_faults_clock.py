@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import LEASE_S, Scenario
+from harness import LEASE_S, Scenario, sized
 
 from jobsd.client import SyncClient
 from jobsd.embedded import EmbeddedPostgres
@@ -70,11 +70,10 @@ def _cpu_s(pid: int) -> float:
 
 
 @pytest.mark.scenario("T11a", "the daemon's clock jumps +1 h, then -1 h (faketime)")
-@pytest.mark.full_campaign
 @pytest.mark.timeout(120)
 def test_t11a_daemon_clock_jumps(scenario: Scenario) -> None:
     clock = FakeClock(scenario.workdir / "daemon-offset")
-    scenario.enqueue(48, types=("work", "once"), ms=2000)
+    scenario.enqueue(sized(quick=24, full=48), types=("work", "once"), ms=1500)
     # a job due later: the daemon computes when to promote it from its own clock
     with SyncClient(scenario.url) as client:
         later = client.enqueue(
@@ -86,12 +85,13 @@ def test_t11a_daemon_clock_jumps(scenario: Scenario) -> None:
     steady = scenario.daemon()
     scenario.wait_running(4, worker_pid=skewed.pid)
     cpu = {}
+    window_s = float(sized(quick=2, full=3))
     for offset in ("+0", "+1h", "-1h"):
         clock.set(offset)
         time.sleep(0.5)
         c0 = _cpu_s(skewed.pid)
-        time.sleep(3)
-        cpu[offset] = round((_cpu_s(skewed.pid) - c0) / 3, 2)
+        time.sleep(window_s)
+        cpu[offset] = round((_cpu_s(skewed.pid) - c0) / window_s, 2)
     clock.set("+0")
     scenario.wait_settled(timeout_s=90)
     for proc in (skewed, steady):
@@ -147,9 +147,7 @@ def test_t11a_a_clock_ahead_does_not_spin_the_claimer(scenario: Scenario) -> Non
         rate[offset] = round((_commits(scenario) - x0) / 4, 1)
     clock.set("+0")
     scenario.stop(skewed)
-    scenario.record(
-        daemon_cpu_share=cpu, statements_per_s_idle=rate["+0"], poll_interval_s=0.5
-    )
+    scenario.record(daemon_cpu_share=cpu, statements_per_s_idle=rate["+0"], poll_interval_s=0.5)
     # an idle daemon polls every 0.5 s (a claim and a promotion): a few statements a second
     scenario.expect("statements_per_s_clock_ahead", rate["+1h"], "<=", max(10.0, 3 * rate["+0"]))
     scenario.verdict()

@@ -103,7 +103,9 @@ def test_t9_long_transaction_elsewhere(scenario: Scenario) -> None:
 # -- T12: duplicate-enqueue race ----------------------------------------------------------
 
 
-async def _race(base: str, tokens: dict[str, str], keys: int, fan: int) -> list[tuple[str, str, int, str]]:
+async def _race(
+    base: str, tokens: dict[str, str], keys: int, fan: int
+) -> list[tuple[str, str, int, str]]:
     """For each key: ``fan`` concurrent POSTs with it from org A, then one from org B."""
     answers: list[tuple[str, str, int, str]] = []
     limits = httpx.Limits(max_connections=fan, max_keepalive_connections=fan)
@@ -136,7 +138,9 @@ def test_t12_duplicate_enqueue_race(scenario: Scenario) -> None:
     scenario.stop(api)
     rows = scenario.rows("SELECT org_id, dedup_key, id FROM jobsd.jobs")
     per_key = Counter((org, key) for org, key, _ in rows)
-    ids = {(org, key): {a[3] for a in answers if a[0] == org and a[1] == key} for org, key in per_key}
+    ids = {
+        (org, key): {a[3] for a in answers if a[0] == org and a[1] == key} for org, key in per_key
+    }
     acme_ids = {key: i for (org, key), i in ids.items() if org == "acme"}
     globex_ids = {key: i for (org, key), i in ids.items() if org == "globex"}
     scenario.acked.update(uuid.UUID(a[3]) for a in answers if a[2] == 202)
@@ -204,9 +208,7 @@ def test_t13_claim_race(scenario: Scenario) -> None:
     for d in daemons:
         scenario.stop(d)
     audit = scenario.audit()
-    per_daemon = Counter(
-        r.pid for runs in scenario.runs().values() for r in runs
-    )
+    per_daemon = Counter(r.pid for runs in scenario.runs().values() for r in runs)
     scenario.record(
         daemon_claims_per_s=round(total / drained),
         share_per_daemon=sorted(per_daemon.values()),
@@ -224,7 +226,10 @@ def test_t13_claim_race(scenario: Scenario) -> None:
     for name, query in (("real", real), ("mutant", real.replace(CLAIM_LOCK, ""))):
         scenario.enqueue_bulk(1500, ms=0)
         claims, took = _claim_race(scenario.url, query, claimers=8, batch=8)
-        results[name] = (sum(1 for n in claims.values() if n > 1), round(sum(claims.values()) / took))
+        results[name] = (
+            sum(1 for n in claims.values() if n > 1),
+            round(sum(claims.values()) / took),
+        )
         with psycopg.connect(scenario.url, autocommit=True) as conn:
             conn.execute("DELETE FROM jobsd.jobs")
     scenario.record(
@@ -281,4 +286,3 @@ def test_t20_notify_queue_usage_is_exposed(scenario: Scenario) -> None:
     exposed = "notification_queue" in metrics or "notify_queue" in health
     scenario.expect("usage_exposed", exposed, "==", True)
     scenario.verdict()
-

@@ -54,6 +54,7 @@ def _end(scenario: Scenario, job_id: uuid.UUID) -> tuple[str, str | None, float 
 
 
 @pytest.mark.scenario("T14", "hung async handlers (2 s timeout) next to normal jobs")
+@pytest.mark.full_campaign
 @pytest.mark.timeout(90)
 def test_t14_hung_async_handlers_are_ended_by_their_timeout(scenario: Scenario) -> None:
     ids = _enqueue(scenario, ["hang_async"] * 2 + ["hang_async_retry"] * 2 + ["work"] * 8, ms=500)
@@ -63,28 +64,46 @@ def test_t14_hung_async_handlers_are_ended_by_their_timeout(scenario: Scenario) 
     audit = scenario.audit()
     ends = {kind: [_end(scenario, i) for i in v] for kind, v in ids.items()}
     runs = scenario.runs()
-    hang_runs = [r for kind in ("hang_async", "hang_async_retry") for i in ids[kind]
-                 for r in runs.get(str(i), [])]
+    hang_runs = [
+        r
+        for kind in ("hang_async", "hang_async_retry")
+        for i in ids[kind]
+        for r in runs.get(str(i), [])
+    ]
     kill_latency = [r.end_mono - r.start_mono for r in hang_runs if r.end_mono is not None]
     scenario.record(hang_runs=len(hang_runs))
     scenario.expect_clean(audit)
     scenario.expect(
         "timed_out_as_expected",
-        sum(1 for k in ("hang_async", "hang_async_retry") for e in ends[k] if e[:2] == ("failed", "timeout")),
+        sum(
+            1
+            for k in ("hang_async", "hang_async_retry")
+            for e in ends[k]
+            if e[:2] == ("failed", "timeout")
+        ),
         "==",
         4,
     )
-    scenario.expect("retried_once", sum(len(runs.get(str(i), [])) for i in ids["hang_async_retry"]), "==", 4)
-    scenario.expect("kill_latency_s", round(max(kill_latency), 2) if kill_latency else None, "<=", 3.0)
+    scenario.expect(
+        "retried_once", sum(len(runs.get(str(i), [])) for i in ids["hang_async_retry"]), "==", 4
+    )
+    scenario.expect(
+        "kill_latency_s", round(max(kill_latency), 2) if kill_latency else None, "<=", 3.0
+    )
     scenario.expect("leftover_runs", sum(1 for r in hang_runs if r.end_mono is None), "==", 0)
-    scenario.expect("sibling_failures", sum(1 for e in ends["work"] if e[0] != "succeeded"), "==", 0)
+    scenario.expect(
+        "sibling_failures", sum(1 for e in ends["work"] if e[0] != "succeeded"), "==", 0
+    )
     scenario.verdict()
 
 
 @pytest.mark.scenario("T14-sync", "a hung sync handler past its timeout is not called failed")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(strict=True, reason=NEEDS_11 + " (a sync handler that cannot be stopped "
-                   "makes its job recovery_required, never failed while its thread runs)")
+@pytest.mark.xfail(
+    strict=True,
+    reason=NEEDS_11 + " (a sync handler that cannot be stopped "
+    "makes its job recovery_required, never failed while its thread runs)",
+)
 @pytest.mark.timeout(60)
 def test_t14_hung_sync_handler_is_recovery_required(scenario: Scenario) -> None:
     ids = _enqueue(scenario, ["hang_sync", "work", "work"], ms=300)
@@ -124,7 +143,6 @@ def test_t14_daemon_exits_after_a_sync_handler_timed_out(scenario: Scenario) -> 
 
 
 @pytest.mark.scenario("T14-isolated", "a hung isolated handler: its child is killed at the timeout")
-@pytest.mark.full_campaign
 @pytest.mark.xfail(strict=True, reason=NEEDS_11)
 @pytest.mark.timeout(60)
 def test_t14_hung_isolated_handler_is_killed(scenario: Scenario) -> None:
@@ -155,17 +173,25 @@ def test_t15_out_of_memory_error_fails_only_its_job(scenario: Scenario) -> None:
     scenario.expect_clean(audit)
     scenario.expect("crashed_job", (status, reason), "==", ("failed", "handler error"))
     scenario.expect("cause_recorded", "MemoryError" in (error or ""), "==", True)
-    scenario.expect("sibling_failures", sum(1 for i in ids["work"] if _end(scenario, i)[0] != "succeeded"), "==", 0)
+    scenario.expect(
+        "sibling_failures",
+        sum(1 for i in ids["work"] if _end(scenario, i)[0] != "succeeded"),
+        "==",
+        0,
+    )
     scenario.expect("daemon_restarts", 0 if alive else 1, "==", 0)
     scenario.verdict()
 
 
 @pytest.mark.scenario("T15-isolated", "isolated handlers that abort, exit(3) and segfault")
-@pytest.mark.full_campaign
 @pytest.mark.xfail(strict=True, reason=NEEDS_11)
 @pytest.mark.timeout(60)
 def test_t15_crashing_isolated_handlers_fail_alone(scenario: Scenario) -> None:
-    crashes = {"crash_abort": ("6", "SIGABRT"), "crash_exit": ("3",), "crash_segv": ("11", "SIGSEGV")}
+    crashes = {
+        "crash_abort": ("6", "SIGABRT"),
+        "crash_exit": ("3",),
+        "crash_segv": ("11", "SIGSEGV"),
+    }
     ids = _enqueue(scenario, [*crashes, "work", "work", "work"], ms=500)
     daemon = scenario.daemon(JOBSD_HANDLERS=ISOLATED, JOBSD_SLOTS="6")
     scenario.wait_settled(timeout_s=30)
@@ -179,7 +205,12 @@ def test_t15_crashing_isolated_handlers_fail_alone(scenario: Scenario) -> None:
     scenario.record(causes=causes)
     scenario.expect_clean(audit)
     scenario.expect("daemon_restarts", 0 if alive else 1, "==", 0)
-    scenario.expect("sibling_failures", sum(1 for i in ids["work"] if _end(scenario, i)[0] != "succeeded"), "==", 0)
+    scenario.expect(
+        "sibling_failures",
+        sum(1 for i in ids["work"] if _end(scenario, i)[0] != "succeeded"),
+        "==",
+        0,
+    )
     scenario.expect(
         "causes_without_code",
         sum(1 for kind, marks in crashes.items() if not any(m in causes[kind] for m in marks)),
@@ -190,7 +221,6 @@ def test_t15_crashing_isolated_handlers_fail_alone(scenario: Scenario) -> None:
 
 
 @pytest.mark.scenario("T1-orphans", "kill -9 of a daemon: its isolated handlers' children die too")
-@pytest.mark.full_campaign
 @pytest.mark.xfail(strict=True, reason=NEEDS_11)
 @pytest.mark.timeout(60)
 def test_t1_no_orphan_handler_processes_after_kill_9(scenario: Scenario) -> None:
@@ -214,7 +244,10 @@ def test_t1_no_orphan_handler_processes_after_kill_9(scenario: Scenario) -> None
 # -- T17: unknown types -----------------------------------------------------------------
 
 
-@pytest.mark.scenario("T17", "unknown job types: at submit, and at run time with JOBSD_UNKNOWN_TYPES=fail")
+@pytest.mark.scenario(
+    "T17", "unknown job types: at submit, and at run time with JOBSD_UNKNOWN_TYPES=fail"
+)
+@pytest.mark.full_campaign
 @pytest.mark.timeout(60)
 def test_t17_unknown_types_are_never_silently_discarded(scenario: Scenario) -> None:
     token = scenario.token()

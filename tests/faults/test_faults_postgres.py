@@ -127,6 +127,7 @@ def _submit_while_stopped(
 
 
 @pytest.mark.scenario("T5", "Postgres stopped, then 50 POST /jobs")
+@pytest.mark.full_campaign
 @pytest.mark.timeout(90)
 def test_t5_submissions_while_postgres_is_stopped(
     scenario: Scenario, fault_cluster: EmbeddedPostgres
@@ -220,7 +221,6 @@ def _fill(mount: Path, leave_bytes: int) -> Path:
 
 
 @pytest.mark.scenario("T10", "disk full: pg_wal on a 64 MB tmpfs, filled under load")
-@pytest.mark.full_campaign
 @pytest.mark.timeout(150)
 def test_t10_disk_full_loses_nothing(
     make_cluster: Any, workdir: Path, figures: dict[str, Any]
@@ -244,15 +244,20 @@ def test_t10_disk_full_loses_nothing(
 def _disk_full(scenario: Scenario, cluster: EmbeddedPostgres, mount: Path) -> None:
     daemon = scenario.daemon(JOBSD_SLOTS="6")
     producer = Producer(
-        scenario.url, 100_000, pace_s=0.002, types=("work", "once"), ms=5,
-        pad_bytes=4096, deadline_s=120,
+        scenario.url,
+        100_000,
+        pace_s=0.002,
+        types=("work", "once"),
+        ms=5,
+        pad_bytes=4096,
+        deadline_s=120,
     )
     producer.start()
     scenario.wait_running(1)
     filler = _fill(mount, leave_bytes=256 * 1024)
     t_full = time.monotonic()
     # WAL keeps growing until a new segment cannot be created: force switches
-    while time.monotonic() - t_full < 30 and len(producer.refused) + len(producer.unknown) < 20:
+    while time.monotonic() - t_full < 30 and len(producer.refused) + len(producer.unknown) < 5:
         conn = connect_quietly(scenario.url)
         if conn is not None:
             with conn, contextlib.suppress(Exception):
@@ -269,7 +274,7 @@ def _disk_full(scenario: Scenario, cluster: EmbeddedPostgres, mount: Path) -> No
             cluster.stop("fast")
         cluster.start()
     t_up = time.monotonic()
-    time.sleep(3)
+    time.sleep(2)
     producer.stop_flag.set()
     producer.join(60)
     scenario.acked.update(producer.acked)
@@ -291,9 +296,6 @@ def _disk_full(scenario: Scenario, cluster: EmbeddedPostgres, mount: Path) -> No
     )
     scenario.expect_clean(audit)
     scenario.expect("refusals_seen", refused_while_full + len(producer.unknown), ">=", 1)
-    scenario.expect(
-        "recovery_s", round(first_ack - t_free, 2) if first_ack else None, "<=", 5.0
-    )
+    scenario.expect("recovery_s", round(first_ack - t_free, 2) if first_ack else None, "<=", 5.0)
     scenario.expect("tracebacks", daemon.text().count("Traceback"), "==", 0)
     scenario.verdict()
-

@@ -44,7 +44,9 @@ def test_t1_kill_9_mid_job(scenario: Scenario, rng: random.Random) -> None:
     for job_id in rescued:
         again = [r.start_mono - t_kill for r in runs.get(str(job_id), []) if r.start_mono > t_kill]
         recovered_s.append(min(again) if again else float("inf"))
-    rescue_s = [(e["at"] - kill_wall).total_seconds() for e in (*rescued.values(), *lost_amo.values())]
+    rescue_s = [
+        (e["at"] - kill_wall).total_seconds() for e in (*rescued.values(), *lost_amo.values())
+    ]
     scenario.record(in_flight_at_kill=in_flight, requeued=len(rescued), amo_failed=len(lost_amo))
     scenario.expect_clean(audit)
     scenario.expect("in_flight_at_kill", in_flight, ">=", 1)
@@ -95,6 +97,7 @@ def _drain(scenario: Scenario, *, grace_s: float, twice: bool, tag: str = "") ->
 
 
 @pytest.mark.scenario("T2a", "SIGTERM with jobs shorter than the grace period")
+@pytest.mark.full_campaign
 @pytest.mark.timeout(60)
 def test_t2a_sigterm_drains_short_jobs(scenario: Scenario) -> None:
     scenario.enqueue(40, types=("work", "once"), ms=800)
@@ -108,6 +111,7 @@ def test_t2a_sigterm_drains_short_jobs(scenario: Scenario) -> None:
 
 
 @pytest.mark.scenario("T2b", "SIGTERM (twice) with jobs longer than the grace period")
+@pytest.mark.full_campaign
 @pytest.mark.timeout(60)
 def test_t2b_sigterm_writes_back_long_jobs(scenario: Scenario) -> None:
     ids = scenario.enqueue(4, types=("work", "once"), ms=60_000)
@@ -168,6 +172,7 @@ def test_t3_paused_daemon_is_fenced(scenario: Scenario) -> None:
 
 
 @pytest.mark.scenario("T3-rerun", "a run that follows a retry longer than L is not swept at once")
+@pytest.mark.full_campaign
 @pytest.mark.xfail(
     strict=True,
     reason="finding: a job run again after a pause longer than JOBSD_STALE_AFTER (a retry "
