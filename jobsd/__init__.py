@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 
+from jobsd.admin.queues import QueueInfo
 from jobsd.client import Client, JobSpec, SyncClient
 from jobsd.context import JobContext
 from jobsd.errors import (
@@ -44,7 +45,6 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.models import Job, JobEvent, JobStatus
-from jobsd.queues import QueueInfo
 from jobsd.recovery import Recovery
 from jobsd.registry import HandlerSpec, Registry, default_registry, handler
 from jobsd.retry import RetryPolicy, exponential_backoff

@@ -21,6 +21,17 @@ from typing import Any, Self
 import anyio
 import psycopg
 
+from jobsd.admin.queues import (
+    UNCHANGED,
+    QueueInfo,
+    Unchanged,
+    create_queue,
+    drop_queue,
+    list_queues,
+    pause_queue,
+    resume_queue,
+    set_queue_limits,
+)
 from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
@@ -33,17 +44,6 @@ from jobsd.errors import (
 from jobsd.ids import uuid7
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job, JobEvent
-from jobsd.queues import (
-    UNCHANGED,
-    QueueInfo,
-    Unchanged,
-    create_queue,
-    drop_queue,
-    list_queues,
-    pause_queue,
-    resume_queue,
-    set_queue_limits,
-)
 from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, SyncPool, db_errors, make_async_pool, make_sync_pool
@@ -477,7 +477,7 @@ class Client:
             async with self._pool.connection() as conn:
                 return await queries.get_job_events(conn, uuid.UUID(str(job_id)))
 
-    # Queue administration: see jobsd.queues (and docs/queues.md) for the semantics.
+    # Queue administration: see jobsd.admin.queues (and docs/queues.md) for the semantics.
 
     async def create_queue(
         self,
@@ -507,7 +507,7 @@ class Client:
         concurrency_limit: int | Unchanged | None = UNCHANGED,
         retention_days: int | Unchanged | None = UNCHANGED,
     ) -> QueueInfo:
-        """Change the limits given (None removes one); see ``jobsd.queues.set_queue_limits``."""
+        """Change the limits given (None removes one); see ``admin.queues.set_queue_limits``."""
         await self._open()
         with db_errors(f"change of the limits of queue {name!r}"):
             async with self._pool.connection() as conn:

@@ -1,4 +1,4 @@
-"""Tests of jobsd.embedded against real throwaway Postgres clusters."""
+"""Tests of jobsd.dev.embedded against real throwaway Postgres clusters."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobsd import embedded
-from jobsd.embedded import EmbeddedPostgres, find_bindir
+from jobsd.dev import embedded
+from jobsd.dev.embedded import EmbeddedPostgres, find_bindir
 from jobsd.errors import ConfigError
 
 MakeCluster = Callable[..., EmbeddedPostgres]
@@ -281,7 +281,7 @@ def _run_child(code: str) -> subprocess.CompletedProcess[str]:
 def test_atexit_cleans_up_a_cluster_left_running() -> None:
     result = _run_child(
         """
-        from jobsd.embedded import EmbeddedPostgres
+        from jobsd.dev.embedded import EmbeddedPostgres
         pg = EmbeddedPostgres()
         pg.start()
         print(pg.postmaster_pid(), pg.data_dir.parent, flush=True)
@@ -299,7 +299,7 @@ def test_clusters_of_a_killed_process_are_reaped(shared_parent: Path) -> None:
         f"""
         import os, signal
         from pathlib import Path
-        from jobsd.embedded import EmbeddedPostgres
+        from jobsd.dev.embedded import EmbeddedPostgres
         pg = EmbeddedPostgres(base_dir=Path({str(shared_parent)!r}))
         pg.start()
         print(pg.postmaster_pid(), pg.data_dir.parent, flush=True)

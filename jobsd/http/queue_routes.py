@@ -1,7 +1,7 @@
 """The queue endpoints: declare, list, read, change, pause, resume and drop queues.
 
 Queues are shared by every org, so only admin tokens (``jobsd token create --admin``)
-may use these endpoints: another token gets 403. The work is ``jobsd.queues``, through
+may use these endpoints: another token gets 403. The work is ``jobsd.admin.queues``, through
 the SECURITY DEFINER functions of migration 0009: it runs under the API's enqueue
 role, and the depth of a queue counts every org's jobs. Semantics in docs/queues.md.
 """
@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobsd import queues
+from jobsd.admin import queues
 from jobsd.errors import QueueExists, QueueNotEmpty, UnknownQueue
 from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend

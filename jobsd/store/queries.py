@@ -99,6 +99,7 @@ class ClaimRound(list[Job]):
         super().__init__(jobs)
         self.left_for_busy_keys = left_for_busy_keys
 
+
 async def claim_batch(
     conn: psycopg.AsyncConnection[Any],
     *,
@@ -129,7 +130,6 @@ async def claim_batch(
     considered = int(rows[0]["considered"]) if rows else 0
     busy = bool(jobs) and len(jobs) < limit and considered > len(jobs)
     return ClaimRound(jobs, left_for_busy_keys=busy)
-
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from jobsd import sdnotify
 from jobsd.errors import ConfigError
 from jobsd.http import serve as serve_http
 from jobsd.http.settings import HttpSettings
@@ -29,6 +28,7 @@ from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire, make_async_pool
+from jobsd.worker import sdnotify
 from jobsd.worker.claimer import Claimer
 from jobsd.worker.completer import Completer
 from jobsd.worker.executor import Outcome, failure, make_context, run_handler

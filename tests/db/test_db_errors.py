@@ -22,7 +22,7 @@ from jobsd import (
     SyncClient,
     UnknownQueue,
 )
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.settings import Settings
 from jobsd.store.migrate import migrate_sync
 

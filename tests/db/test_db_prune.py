@@ -1,4 +1,4 @@
-"""``jobsd.retention.prune``: what goes, what stays, batches, dry runs, bad input, locks."""
+"""``jobsd.admin.retention.prune``: what goes, what stays, batches, dry runs, bad input, locks."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from prunekit import (
 )
 from psycopg import sql
 
+from jobsd.admin.retention import PruneReport, prune
 from jobsd.errors import ConfigError
-from jobsd.retention import PruneReport, prune
 from jobsd.store.db import make_async_pool
 
 pytestmark = pytest.mark.anyio

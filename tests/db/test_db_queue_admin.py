@@ -1,4 +1,4 @@
-"""Queue administration (jobsd.queues, migration 0009): declare, limit, list, pause,
+"""Queue administration (jobsd.admin.queues, migration 0009): declare, limit, list, pause,
 resume, drop; the wake-up of a resume; a drop racing an enqueue."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from daemonkit import wait_until
 from dbcheck import Listener, count_jobs
 
 from jobsd import Client, JobsdError, QueueExists, QueueInfo, QueueNotEmpty, UnknownQueue
-from jobsd.queues import (
+from jobsd.admin.queues import (
     UNCHANGED,
     create_queue,
     drop_queue,

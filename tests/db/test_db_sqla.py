@@ -1,4 +1,4 @@
-"""jobsd.sqla: enqueue in a SQLAlchemy Session's transaction; tables match the schema."""
+"""jobsd.contrib.sqlalchemy: enqueue in a Session's transaction; tables match the schema."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from jobsd import ConfigError, JobStatus, PayloadTooLarge, UnknownQueue, sqla
+from jobsd import ConfigError, JobStatus, PayloadTooLarge, UnknownQueue
+from jobsd.contrib import sqlalchemy as sqla
 
 
 def _sqla_url(db_url: str) -> URL:

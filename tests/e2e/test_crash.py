@@ -14,7 +14,7 @@ import pytest
 from service.history import assert_history_complete
 
 from jobsd.client import SyncClient
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.errors import BackendUnavailable
 from jobsd.ids import uuid7
 from jobsd.store.migrate import migrate_sync

@@ -23,8 +23,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from jobsd.roles import create_roles, drop_roles
-from jobsd.snapshot import CONTRACT, validate_snapshot, write_snapshot, write_snapshot_file
+from jobsd.admin.roles import create_roles, drop_roles
+from jobsd.admin.snapshot import CONTRACT, validate_snapshot, write_snapshot, write_snapshot_file
 from jobsd.store.sqlfiles import load_migrations
 
 from .conftest import REPO_ROOT, Proc, make_env, poll, run_cli

@@ -11,7 +11,7 @@ import pytest
 from service.history import assert_history_complete
 
 from jobsd.client import SyncClient
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.store.migrate import migrate_sync
 
 from .conftest import Proc, job_status, make_env, scalar, wait_status

@@ -12,7 +12,7 @@ from apikit import wait_until as poll_until
 from fastapi import FastAPI
 
 import jobsd.http
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.ids import uuid7
 from jobsd.store.migrate import migrate_sync
 

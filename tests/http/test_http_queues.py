@@ -27,10 +27,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from jobsd.admin.roles import RoleNames, create_roles, drop_roles
 from jobsd.http.openapi import openapi_schema
 from jobsd.http.server import serve
 from jobsd.http.tokens import create_token, revoke_token
-from jobsd.roles import RoleNames, create_roles, drop_roles
 
 pytestmark = pytest.mark.anyio
 

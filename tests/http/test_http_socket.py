@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from test_http_daemon import make_registry
 
 import jobsd.worker.supervisor
-from jobsd.http_cli import register
+from jobsd.cli import main as jobsd_main
 
 pytestmark = pytest.mark.anyio
 
@@ -81,12 +81,7 @@ async def _true(value: bool) -> bool:
 
 
 def _cli() -> click.Group:
-    @click.group()
-    def main() -> None:
-        """Stand-in for jobsd.cli.main until it registers these commands."""
-
-    register(main)
-    return main
+    return jobsd_main
 
 
 def test_token_commands(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,12 +116,8 @@ def cli_script(tmp_path: Path) -> Path:
     script.write_text(
         textwrap.dedent(
             """
-            import click
             from jobsd.cli import main
-            from jobsd.http_cli import register
 
-            if "api" not in main.commands:
-                register(main)
             main()
             """
         )

@@ -15,7 +15,7 @@ import pytest
 from daemonkit import wait_until as wait_until
 from psycopg.conninfo import make_conninfo
 
-from jobsd.roles import RoleNames, create_roles, drop_roles
+from jobsd.admin.roles import RoleNames, create_roles, drop_roles
 
 T = TypeVar("T")
 

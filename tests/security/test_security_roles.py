@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from psycopg import sql
 
 import jobsd
+from jobsd.admin.roles import RoleNames, check_sees_all_orgs, create_roles, drop_roles
+from jobsd.cli import main as jobsd_main
 from jobsd.errors import ConfigError, DatabaseError, JobNotFound
-from jobsd.roles import RoleNames, check_sees_all_orgs, create_roles, drop_roles
-from jobsd.roles_cli import register
 from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.migrate import migrate_sync, migration_status_sync
@@ -343,12 +343,7 @@ def test_refusals_before_anything_is_created(
 
 
 def _cli() -> click.Group:
-    @click.group()
-    def main() -> None:
-        pass
-
-    register(main)
-    return main
+    return jobsd_main
 
 
 def test_cli_create_with_passwords(db_url: str, prefix: str) -> None:

@@ -12,8 +12,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from jobsd import sdnotify
-from jobsd.sdnotify import Watchdog, watchdog_interval_s
+from jobsd.worker import sdnotify
+from jobsd.worker.sdnotify import Watchdog, watchdog_interval_s
 
 
 class FakeSystemd:

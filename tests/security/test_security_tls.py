@@ -25,7 +25,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import jobsd
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.errors import ConfigError
 from jobsd.security import check_connection_security
 from jobsd.settings import Settings

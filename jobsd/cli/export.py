@@ -14,10 +14,10 @@ from pathlib import Path
 
 import click
 
-from jobsd.cli_errors import fail, friendly_errors
+from jobsd.cli.errors import fail, friendly_errors
 from jobsd.errors import ConfigError
 
-__all__ = ["register"]
+__all__ = ["export"]
 
 
 @click.command("export")
@@ -47,9 +47,9 @@ def export(out: Path | None, check_path: Path | None, database_url: str | None) 
         _check(check_path)
         return
 
+    from jobsd.admin.snapshot import write_snapshot, write_snapshot_file
     from jobsd.security import require_secure_connection
     from jobsd.settings import Settings
-    from jobsd.snapshot import write_snapshot, write_snapshot_file
 
     url = database_url or Settings().database_url
     if not url:
@@ -81,7 +81,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def _check(path: Path) -> None:
     """Validate a snapshot file against the v1 contract; exit 1 with the first problems."""
-    from jobsd.snapshot import CONTRACT, validate_snapshot
+    from jobsd.admin.snapshot import CONTRACT, validate_snapshot
 
     try:
         with path.open("rb") as f:
@@ -96,8 +96,3 @@ def _check(path: Path) -> None:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         fail(f"{path} is not a valid {CONTRACT} snapshot: {shown}{more}")
     click.echo(f"{path}: valid {CONTRACT} ({len(doc['queues'])} queues, {len(doc['jobs'])} jobs)")
-
-
-def register(main: click.Group) -> None:
-    """Attach ``export`` to the ``jobsd`` command group."""
-    main.add_command(export)

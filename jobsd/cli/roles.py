@@ -10,15 +10,15 @@ import os
 
 import click
 
-from jobsd.cli_errors import friendly_errors
+from jobsd.cli.errors import friendly_errors
 from jobsd.errors import ConfigError
 
-__all__ = ["register"]
+__all__ = ["roles"]
 
 
 def _passwords(specs: tuple[str, ...]) -> dict[str, str]:
     """Read ``KIND=VAR`` pairs: the password of role KIND is in environment variable VAR."""
-    from jobsd.roles import ROLE_KINDS
+    from jobsd.admin.roles import ROLE_KINDS
 
     passwords: dict[str, str] = {}
     for spec in specs:
@@ -67,7 +67,7 @@ def roles_create(prefix: str, password_env: tuple[str, ...], database_url: str |
 
     Run it as a superuser after `jobsd migrate`, and again after every upgrade.
     """
-    from jobsd.roles import create_roles
+    from jobsd.admin.roles import create_roles
     from jobsd.security import require_secure_connection
 
     passwords = _passwords(password_env)
@@ -86,8 +86,3 @@ def roles_create(prefix: str, password_env: tuple[str, ...], database_url: str |
     for target in report.adopted:
         click.echo(f"{target} now owned by {report.names.owner}")
     click.echo(f"grants and policies up to date on database {report.database!r}")
-
-
-def register(main: click.Group) -> None:
-    """Attach ``roles`` to the ``jobsd`` command group."""
-    main.add_command(roles)

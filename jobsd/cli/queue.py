@@ -4,7 +4,7 @@
 ``--database-url`` or ``JOBSD_DATABASE_URL``, refused over plaintext TCP unless
 ``JOBSD_ALLOW_INSECURE`` is set (then a warning line). Errors are one line on stderr
 (``jobsd: error: ...``) and exit status 1, like every jobsd command. The work itself
-is ``jobsd.queues``; semantics in docs/queues.md.
+is ``jobsd.admin.queues``; semantics in docs/queues.md.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobsd.cli_errors import fail, friendly_errors
+from jobsd.cli.errors import fail, friendly_errors
 from jobsd.errors import ConfigError, UnknownQueue
 
 if TYPE_CHECKING:
-    from jobsd.queues import QueueInfo
+    from jobsd.admin.queues import QueueInfo
 
-__all__ = ["register"]
+__all__ = ["queue"]
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ _retention = _limit_option("--retention", "DAYS|none", "Days `jobsd prune` keeps
 
 def _parse_limit(flag: str, field: str, text: str | None) -> int | None:
     """Read ``N`` or ``none`` given to ``flag``; fail with one line when it is neither."""
-    from jobsd.queues import check_limit
+    from jobsd.admin.queues import check_limit
 
     if text is None or text.strip().lower() == _NONE:
         return None
@@ -60,7 +60,7 @@ def _parse_limit(flag: str, field: str, text: str | None) -> int | None:
 
 
 def _check_name(name: str) -> str:
-    from jobsd.queues import check_queue_name
+    from jobsd.admin.queues import check_queue_name
 
     try:
         return check_queue_name(name)
@@ -72,7 +72,7 @@ def _run(database_url: str | None, operation: str, work: Callable[[Any], Awaitab
     """Check the URL like every command that connects, then run ``work(conn)`` once.
 
     ``conn`` is an autocommit async connection; ``work`` opens its own transaction
-    where it needs one (``jobsd.queues`` does).
+    where it needs one (``jobsd.admin.queues`` does).
     """
     import anyio
     import psycopg
@@ -143,7 +143,7 @@ def queue_create(
     database_url: str | None,
 ) -> None:
     """Declare queue NAME (an existing name is an error: see `jobsd queue set`)."""
-    from jobsd.queues import create_queue
+    from jobsd.admin.queues import create_queue
 
     _check_name(name)
     cap = _parse_limit("--capacity", "capacity", capacity)
@@ -178,7 +178,7 @@ def queue_set(
     A capacity below the queue's open jobs is accepted: enqueues are refused until
     fewer jobs than the capacity are open.
     """
-    from jobsd.queues import UNCHANGED, set_queue_limits
+    from jobsd.admin.queues import UNCHANGED, set_queue_limits
 
     _check_name(name)
     if capacity is None and concurrency_limit is None and retention is None:
@@ -205,7 +205,7 @@ def queue_set(
 @friendly_errors
 def queue_list(as_json: bool, database_url: str | None) -> None:
     """List the queues: paused or active, limits, and open jobs by state (every org's)."""
-    from jobsd.queues import list_queues
+    from jobsd.admin.queues import list_queues
 
     infos = _run(database_url, "listing of the queues", list_queues)
     if as_json:
@@ -232,7 +232,7 @@ def queue_list(as_json: bool, database_url: str | None) -> None:
 @friendly_errors
 def queue_pause(name: str, database_url: str | None) -> None:
     """Stop claims from queue NAME at once; running jobs finish. Idempotent."""
-    from jobsd.queues import pause_queue
+    from jobsd.admin.queues import pause_queue
 
     _check_name(name)
     info = _run(database_url, f"pause of queue {name!r}", lambda conn: pause_queue(conn, name))
@@ -247,7 +247,7 @@ def queue_pause(name: str, database_url: str | None) -> None:
 @friendly_errors
 def queue_resume(name: str, database_url: str | None) -> None:
     """Let daemons claim from queue NAME again, and wake them now. Idempotent."""
-    from jobsd.queues import resume_queue
+    from jobsd.admin.queues import resume_queue
 
     _check_name(name)
     info = _run(database_url, f"resume of queue {name!r}", lambda conn: resume_queue(conn, name))
@@ -264,14 +264,9 @@ def queue_drop(name: str, database_url: str | None) -> None:
 
     The queue 'default' is never dropped.
     """
-    from jobsd.queues import drop_queue
+    from jobsd.admin.queues import drop_queue
 
     _check_name(name)
     deleted = _run(database_url, f"drop of queue {name!r}", lambda conn: drop_queue(conn, name))
     jobs = "job" if deleted == 1 else "jobs"
     click.echo(f"queue {name!r} dropped, with its {deleted} finished {jobs}")
-
-
-def register(main: click.Group) -> None:
-    """Attach ``queue`` to the ``jobsd`` command group."""
-    main.add_command(queue)

@@ -23,7 +23,7 @@ EXAMPLES_MODULE = "jobsd_examples"
 
 def examples_dir() -> Path:
     """Locate the example handlers: packaged in a wheel, or ``examples/`` in a checkout."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # jobsd/
     for candidate in (package / "_examples", package.parent / "examples"):
         if (candidate / f"{EXAMPLES_MODULE}.py").is_file():
             return candidate
@@ -32,7 +32,7 @@ def examples_dir() -> Path:
 
 def run_dev(*, slots: int | None = None) -> None:
     """Start (or reuse) a database, migrate it, and run a daemon until SIGTERM/SIGINT."""
-    from jobsd.embedded import EmbeddedPostgres
+    from jobsd.dev.embedded import EmbeddedPostgres
     from jobsd.logs import setup_logging
     from jobsd.security import require_secure_connection
     from jobsd.store.migrate import migrate_sync

@@ -510,7 +510,7 @@ class EmbeddedPostgres:
             # and it keeps committed rows across kill() (WAL buffers die with the process).
             conf.update({"fsync": "off", "full_page_writes": "off"})
         conf.update(self._extra_conf)
-        lines = ["", "# --- jobsd.embedded ---"]
+        lines = ["", "# --- jobsd.dev.embedded ---"]
         lines += [f"{key} = {_quote_conf(value)}" for key, value in conf.items()]
         with (self.data_dir / "postgresql.conf").open("a") as fh:
             fh.write("\n".join(lines) + "\n")

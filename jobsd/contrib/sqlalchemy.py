@@ -202,7 +202,7 @@ def _psycopg_connection(session: Session) -> psycopg.Connection[Any]:
     if not isinstance(raw, psycopg.Connection):
         dialect = connection.dialect
         raise ConfigError(
-            "jobsd.sqla.enqueue needs the psycopg (v3) driver, but this Session uses "
+            "jobsd.contrib.sqlalchemy.enqueue needs the psycopg (v3) driver, but this Session uses "
             f"{dialect.name}+{dialect.driver}: use an engine URL 'postgresql+psycopg://...'"
         )
     return raw

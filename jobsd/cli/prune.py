@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from jobsd.cli_errors import friendly_errors
+from jobsd.cli.errors import friendly_errors
 from jobsd.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jobsd.retention import PruneReport
+    from jobsd.admin.retention import PruneReport
 
-__all__ = ["parse_batch_size", "parse_type_retention", "register"]
+__all__ = ["parse_batch_size", "parse_type_retention", "prune"]
 
 _DAYS = re.compile(r"^[0-9]{1,9}$")
 
@@ -44,7 +44,7 @@ def parse_type_retention(specs: tuple[str, ...]) -> dict[str, int]:
 
 def parse_batch_size(text: str) -> int:
     """Read ``--batch-size``: a whole number between 1 and the maximum."""
-    from jobsd.retention import MAX_BATCH_SIZE
+    from jobsd.admin.retention import MAX_BATCH_SIZE
 
     if not text.strip().isdigit() or not 1 <= int(text) <= MAX_BATCH_SIZE:
         raise ConfigError(f"--batch-size {text!r}: use a whole number from 1 to {MAX_BATCH_SIZE}")
@@ -109,7 +109,7 @@ def prune(
     import anyio
     import psycopg
 
-    from jobsd.retention import prune as run_prune
+    from jobsd.admin.retention import prune as run_prune
     from jobsd.security import require_secure_connection
     from jobsd.store.db import db_errors
 
@@ -172,8 +172,3 @@ def _days(days: int | None) -> str:
     if days is None:
         return "forever"
     return "1 day" if days == 1 else f"{days} days"
-
-
-def register(main: click.Group) -> None:
-    """Attach ``prune`` to the ``jobsd`` command group."""
-    main.add_command(prune)

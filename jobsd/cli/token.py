@@ -1,8 +1,4 @@
-"""The HTTP API's commands: ``jobsd api`` and ``jobsd token create|revoke|list``.
-
-``jobsd.cli`` attaches them with ``register(main)``. Errors are one line on stderr
-(``jobsd: error: ...``) and exit status 1, like every jobsd command.
-"""
+"""``jobsd token create|revoke|list``: the HTTP API's bearer tokens."""
 
 from __future__ import annotations
 
@@ -10,44 +6,10 @@ import json
 
 import click
 
-from jobsd.cli_errors import fail, friendly_errors
-from jobsd.errors import ConfigError
+from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.errors import fail, friendly_errors
 
-__all__ = ["register"]
-
-
-def _database_url() -> str:
-    from jobsd.settings import Settings
-
-    url = Settings().database_url
-    if not url:
-        raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
-    return url
-
-
-@click.command()
-@click.option(
-    "--addr",
-    envvar="JOBSD_HTTP_ADDR",
-    default="127.0.0.1:8080",
-    show_default=True,
-    help="host:port to listen on (JOBSD_HTTP_ADDR).",
-)
-@friendly_errors
-def api(addr: str) -> None:
-    """Serve the HTTP API alone (no workers) until SIGTERM or SIGINT."""
-    from jobsd.http.server import run_api
-    from jobsd.http.settings import HttpSettings
-    from jobsd.logs import setup_logging
-    from jobsd.security import require_secure_connection
-    from jobsd.settings import Settings
-
-    settings = Settings()
-    url = _database_url()
-    http = HttpSettings(http_addr=addr)
-    setup_logging(settings.log_level, settings.log_format)
-    require_secure_connection(url)
-    run_api(settings, http)
+__all__ = ["token"]
 
 
 @click.group()
@@ -73,7 +35,7 @@ def token_create(org_id: str, name: str | None, admin: bool) -> None:
 
     if not org_id.strip():
         fail("--org must not be empty")
-    url = _database_url()
+    url = require_url(load_settings())
     with db_errors("token creation"), psycopg.connect(url, autocommit=True) as conn:
         secret, info = create_token(conn, org_id, name, admin=admin)
     click.echo(secret)
@@ -91,7 +53,7 @@ def token_revoke(token_or_id: str) -> None:
     from jobsd.http.tokens import revoke_token
     from jobsd.store.db import db_errors
 
-    url = _database_url()
+    url = require_url(load_settings())
     with db_errors("token revocation"), psycopg.connect(url, autocommit=True) as conn:
         info = revoke_token(conn, token_or_id.strip())
     if info is None:
@@ -110,7 +72,7 @@ def token_list(org_id: str | None, as_json: bool) -> None:
     from jobsd.http.tokens import list_tokens
     from jobsd.store.db import db_errors
 
-    url = _database_url()
+    url = require_url(load_settings())
     with db_errors("token listing"), psycopg.connect(url, autocommit=True) as conn:
         infos = list_tokens(conn, org_id)
     for info in infos:
@@ -134,9 +96,3 @@ def token_list(org_id: str | None, as_json: bool) -> None:
             f"{info.id}  {info.org_id}  {info.prefix}…  {info.name or '-'}  "
             f"{info.created_at:%Y-%m-%d %H:%M}  {state}  {'admin' if info.admin else '-'}"
         )
-
-
-def register(main: click.Group) -> None:
-    """Attach ``api`` and ``token`` to the ``jobsd`` command group."""
-    main.add_command(api)
-    main.add_command(token)

@@ -1,0 +1,1 @@
+"""Operator operations off the hot path: queues, roles, retention, snapshots."""

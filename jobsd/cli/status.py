@@ -1,0 +1,87 @@
+"""``jobsd status``: a job's state, progress, report, error and history."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import click
+
+from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.errors import fail, friendly_errors
+from jobsd.models import Job, JobEvent
+
+__all__ = ["status"]
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the job and its history as JSON.")
+@friendly_errors
+def status(job_id: str, as_json: bool) -> None:
+    """Show a job's state, progress, report, error and history."""
+    import uuid
+
+    from jobsd.client import SyncClient
+
+    try:
+        uuid.UUID(job_id)
+    except ValueError:
+        fail(f"{job_id!r} is not a job id (a UUID)")
+    settings = load_settings()
+    require_url(settings)
+    with SyncClient(settings=settings) as client:
+        job = client.get(job_id)
+        events = client.events(job_id)
+    if as_json:
+        click.echo(
+            json.dumps({**job.to_json(), "history": [e.to_json() for e in events]}, indent=2)
+        )
+        return
+    _print_job(job, events)
+
+
+def _print_job(job: Job, events: list[JobEvent]) -> None:
+    fields = [
+        ("id", str(job.id)),
+        ("type", job.type),
+        ("org", job.org_id),
+        ("queue", job.queue),
+        ("status", str(job.status) + (f" ({job.reason})" if job.reason else "")),
+        ("attempts", str(job.attempts)),
+        ("created", _when(job.created_at)),
+        ("started", _when(job.started_at)),
+        ("finished", _when(job.finished_at)),
+    ]
+    if job.dedup_key:
+        fields.append(("dedup key", job.dedup_key))
+    if job.priority:
+        fields.append(("priority", str(job.priority)))
+    if job.concurrency_key:
+        fields.append(("key", job.concurrency_key))
+    if job.progress:
+        fields.append(("progress", json.dumps(job.progress)))
+    if job.error:
+        fields.append(("error", job.error))
+    if job.report:
+        fields.append(("report", json.dumps(job.report)[:2000]))
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        click.echo(f"{key:<{width}}  {value}")
+    click.echo("history")
+    for e in events:
+        move = f"{e.from_status or '-'} -> {e.to_status}"
+        extra = " ".join(
+            part
+            for part in (
+                f"attempt={e.attempt}",
+                f"worker={e.worker_id}" if e.worker_id else "",
+                f"reason={e.reason!r}" if e.reason else "",
+            )
+            if part
+        )
+        click.echo(f"  {_when(e.at)}  {move:<24} {extra}")
+
+
+def _when(value: datetime | None) -> str:
+    return value.isoformat(timespec="milliseconds") if value else "-"

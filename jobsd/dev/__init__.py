@@ -1,0 +1,1 @@
+"""The embedded throwaway Postgres and ``jobsd dev`` (also used by tests and bench)."""
