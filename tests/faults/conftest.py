@@ -29,7 +29,7 @@ import pytest
 from harness import Campaign, Check, Scenario
 from psycopg import sql
 
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.store.migrate import migrate_sync
 
 FAULTS_DIR = Path(__file__).resolve().parent

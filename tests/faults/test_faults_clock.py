@@ -22,7 +22,7 @@ import pytest
 from harness import LEASE_S, Scenario, sized
 
 from jobsd.client import SyncClient
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.store.migrate import migrate_sync
 
 pytestmark = [pytest.mark.slow]

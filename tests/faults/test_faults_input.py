@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.admin.roles import create_roles, drop_roles
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
-from jobsd.roles import create_roles, drop_roles
 from jobsd.security import insecure_reason
 from jobsd.settings import Settings
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule, run_state_machine_as_test
 from psycopg.rows import dict_row
 
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 
 pytestmark = [pytest.mark.slow]
 

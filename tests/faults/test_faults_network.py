@@ -18,7 +18,7 @@ from netns import VethLink
 from proxy import Proxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.ids import uuid7
 from jobsd.store.migrate import migrate_sync
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from harness import Producer, Scenario, connect_quietly, percentile
 
-from jobsd.embedded import EmbeddedPostgres
+from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.ids import uuid7
 
 pytestmark = [pytest.mark.slow]
