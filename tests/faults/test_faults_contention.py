@@ -129,7 +129,7 @@ async def _race(
 @pytest.mark.scenario("T12", "duplicate-enqueue race: 20 concurrent POSTs per dedup key")
 @pytest.mark.timeout(120)
 def test_t12_duplicate_enqueue_race(scenario: Scenario) -> None:
-    keys, fan = sized(quick=15, full=50), 20
+    keys, fan = sized(quick=10, full=50), 20
     tokens = {org: scenario.token(org) for org in ("acme", "globex")}
     api, base = scenario.api(JOBSD_POOL_SIZE="8")
     t0 = time.monotonic()

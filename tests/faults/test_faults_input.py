@@ -167,7 +167,7 @@ def test_t16_hostile_input_never_500_and_writes_nothing_refused(
         else:
             accepted[job_id] = body
 
-    structured, raw = sized(quick=250, full=10_000), sized(quick=50, full=2_000)
+    structured, raw = sized(quick=250, full=8_000), sized(quick=50, full=2_000)
 
     with in_process_api(scenario.url) as (portal, client):
 
@@ -254,13 +254,6 @@ def test_t16_hostile_input_never_500_and_writes_nothing_refused(
         }
         if _numbers_as_floats(stored) != _numbers_as_floats(wanted):
             mismatches.append(f"sent {wanted!r:.150} stored {stored!r:.150}")
-            with open("/tmp/mm.jsonl", "a") as fh:
-                fh.write(
-                    json.dumps(
-                        {"id": str(job_id), "sent": wanted, "stored": stored}, ensure_ascii=True
-                    )
-                    + "\n"
-                )
     db_errors = _db_errors(fault_cluster, log_offset)
     scenario.record(
         requests=sum(statuses.values()),

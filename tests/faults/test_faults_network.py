@@ -134,7 +134,7 @@ def _partition(
     B sweeps A's jobs once their heartbeat is older than L (A's lock is still held by
     its session, which the server does not know is cut off): R runs again, AMO fails.
     """
-    scenario.enqueue(64, types=("work", "once"), ms=1500)
+    scenario.enqueue(sized(quick=32, full=64), types=("work", "once"), ms=1500)
     a = scenario.daemon(url=url_a, prefix=prefix, JOBSD_SLOTS="4")
     b = scenario.daemon(JOBSD_SLOTS="4")
     scenario.wait_running(4, worker_pid=a.pid)

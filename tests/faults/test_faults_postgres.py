@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import Producer, Scenario, connect_quietly, percentile
+from harness import Producer, Scenario, connect_quietly, percentile, sized
 
 from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.ids import uuid7
@@ -42,7 +42,9 @@ def test_t4_postgres_restart_under_load(
     scenario: Scenario, fault_cluster: EmbeddedPostgres, mode: str
 ) -> None:
     daemon = scenario.daemon(JOBSD_SLOTS="6")
-    producer = Producer(scenario.url, 300, pace_s=0.01, types=("work", "once"), ms=30)
+    producer = Producer(
+        scenario.url, sized(quick=200, full=300), pace_s=0.01, types=("work", "once"), ms=30
+    )
     producer.start()
     scenario.wait_running(1)
     time.sleep(1.0)  # load on both sides: enqueues and completions in flight

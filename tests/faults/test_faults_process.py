@@ -12,7 +12,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from harness import LEASE_S, Scenario
+from harness import LEASE_S, Scenario, sized
 
 pytestmark = [pytest.mark.slow]
 
@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.slow]
 @pytest.mark.scenario("T1", "kill -9 of a daemon mid-job; the other takes over")
 @pytest.mark.timeout(90)
 def test_t1_kill_9_mid_job(scenario: Scenario, rng: random.Random) -> None:
-    scenario.enqueue(240, types=("work", "once"), ms=lambda n: rng.randint(10, 200))
+    scenario.enqueue(
+        sized(quick=120, full=240), types=("work", "once"), ms=lambda n: rng.randint(10, 200)
+    )
     victim = scenario.daemon(ready=False)
     survivor = scenario.daemon(ready=False)
     victim.wait_ready()
