@@ -3,6 +3,8 @@
     uv run python bench/faults.py                      # the whole campaign, once
     uv run python bench/faults.py --only T1,T4 --repeat 5 --seed 7 --no-write
     uv run python bench/faults.py --quick              # the CI subset
+    uv run python bench/faults.py --save run.jsonl     # keep the raw figures...
+    uv run python bench/faults.py --render run.jsonl   # ...and render them again later
 
 Each repetition is one ``pytest tests/faults`` run (the scenarios live there; see
 tests/faults/README.md) with ``JOBSD_FAULTS_REPORT`` pointing at a file the tests append
@@ -31,6 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reliability.md"
+SAVED_ARGS = ("only", "repeat", "seed", "quick")
 STANDARD = ("lost", "ghost", "double_runs", "illegal")
 HIDDEN = {
     "by_status",
@@ -156,7 +159,11 @@ def _figures(runs: list[dict[str, Any]]) -> str:
         if name in STANDARD or name in HIDDEN:
             continue
         bad = "" if all(c["ok"] for c in seen) else " ✗"
-        criterion = f"{seen[0]['op']} {seen[0]['bound']}"
+        bound = seen[0]["bound"]
+        shown = (
+            _fmt(bound) if isinstance(bound, int | float) and not isinstance(bound, bool) else bound
+        )
+        criterion = f"{seen[0]['op']} {shown}"
         parts.append(f"{name} {_num([c['value'] for c in seen])} ({criterion}){bad}")
     recorded: dict[str, list[Any]] = defaultdict(list)
     for run in runs:
@@ -246,9 +253,9 @@ def notes(lines: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]
         elif line["outcome"] in ("failed", "error", "xpassed"):
             failed[key] = f"{line['outcome']}: {line['reason']}"
     return (
-        [f"- **{k}**: {v}" for k, v in {**failed, **findings}.items()],
-        [f"- {k}: {v}" for k, v in waiting.items()],
-        [f"- {k}: {v}" for k, v in skipped.items()],
+        [f"- **{k}**: {v}" for k, v in sorted({**failed, **findings}.items())],
+        [f"- {k}: {v}" for k, v in sorted(waiting.items())],
+        [f"- {k}: {v}" for k, v in sorted(skipped.items())],
     )
 
 
@@ -274,8 +281,10 @@ def headline(lines: list[dict[str, Any]]) -> list[str]:
         f"after a Postgres restart (T4): {fig('T4', 'recovery_s')} s after it accepts connections "
         f"(bound 5 s); after a network cut heals (T7a/T7b): {fig('T7a', 'recovery_s')} / "
         f"{fig('T7b', 'recovery_s')} s.",
-        f"- **Partition detection** (T7): {fig('T7-detect', 'detection_s')} s "
-        "(bound 5 s; see the findings).",
+        f"- **Partition detection** (T7, bound 5 s): none while the link was down "
+        f"(detected during the cut: T7a {fig('T7a', 'detected_during_outage')}, T7b "
+        f"{fig('T7b', 'detected_during_outage')}; first sign of trouble in the cut daemon's "
+        f"log {fig('T7a', 'detection_s')} s after the cut, once the link was back): a finding.",
         f"- **Pickup latency with NOTIFY lost** (T8, 2 s poll): p99 "
         f"{fig('T8', 'pickup_p99_after_kill_s')} s after the LISTEN session was killed, "
         f"{fig('T8', 'pickup_p99_notify_off_s')} s with NOTIFY off.",
@@ -370,8 +379,8 @@ def render(lines: list[dict[str, Any]], args: argparse.Namespace, wall_s: float)
         "",
         "## Findings",
         "",
-        "Each is a strict xfail in tests/faults, a regression test that flips when the",
-        "bug is fixed. The diagnosis is in the lead's report of this campaign.",
+        "Each is a strict xfail in tests/faults: a regression test that flips (and fails,",
+        "XPASS) when the bug is fixed. Each names where in jobsd the cause lies.",
         "",
         *(findings or ["- none"]),
         "",
@@ -419,8 +428,21 @@ def main() -> int:
     parser.add_argument(
         "--no-write", action="store_true", help=f"do not rewrite {DOC.relative_to(ROOT)}"
     )
+    parser.add_argument("--save", type=Path, help="also keep the scenarios' JSON lines here")
+    parser.add_argument(
+        "--render", type=Path, help="render saved JSON lines (--save) instead of running"
+    )
     args = parser.parse_args()
-    lines, wall_s = run_campaign(args.only, args.repeat, args.seed, args.quick)
+    if args.render:
+        saved = [json.loads(ln) for ln in args.render.read_text().splitlines() if ln.strip()]
+        lines, wall_s = saved[1:], float(saved[0]["wall_s"])
+        args.__dict__.update(saved[0]["args"])
+    else:
+        lines, wall_s = run_campaign(args.only, args.repeat, args.seed, args.quick)
+    if args.save:
+        head = {"wall_s": wall_s, "args": {k: getattr(args, k) for k in SAVED_ARGS}}
+        rows = [json.dumps(x, default=str) for x in [head, *lines]]
+        args.save.write_text("\n".join(rows) + "\n")
     if not lines:
         log("no scenario ran")
         return 1

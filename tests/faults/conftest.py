@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from e2e.conftest import shared_tmp as shared_tmp
 from harness import Campaign, Check, Scenario
 from psycopg import sql
 
@@ -139,12 +138,8 @@ def _write_report(item: pytest.Item, teardown: pytest.TestReport) -> None:
 @pytest.fixture(scope="module")
 def fault_cluster() -> Iterator[EmbeddedPostgres]:
     """Start a throwaway cluster for the module (as an unprivileged user, a free port)."""
-    cluster = EmbeddedPostgres()
-    try:
-        cluster.start()
+    with EmbeddedPostgres() as cluster:
         yield cluster
-    finally:
-        cluster.cleanup()
 
 
 def create_database(admin_url: str, name: str, template: str | None = None) -> None:
@@ -176,12 +171,9 @@ def fault_db(fault_cluster: EmbeddedPostgres, fault_template: str) -> str:
 
 
 @pytest.fixture
-def workdir() -> Iterator[Path]:
+def workdir(shared_tmp: Path) -> Path:
     """A temp dir every process of the test can traverse (the ledger lives here)."""
-    path = Path(tempfile.mkdtemp(prefix="jobsd-faults-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    return shared_tmp
 
 
 @pytest.fixture

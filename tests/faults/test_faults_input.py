@@ -121,13 +121,6 @@ raw_body = st.one_of(
 )
 
 
-def _token(url: str, org: str) -> str:
-    from jobsd.http.tokens import create_token
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        return create_token(conn, org, "faults")[0]
-
-
 def _numbers_as_floats(value: Any) -> Any:
     """Compare JSON numbers by value: jsonb keeps 1e169 as a numeric and gives back an int."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
@@ -152,7 +145,7 @@ def _db_errors(cluster: EmbeddedPostgres, offset: int) -> list[str]:
 def test_t16_hostile_input_never_500_and_writes_nothing_refused(
     scenario: Scenario, fault_cluster: EmbeddedPostgres
 ) -> None:
-    token = _token(scenario.url, "acme")
+    token = scenario.token()
     auth = {"Authorization": f"Bearer {token}"}
     log_offset = fault_cluster.log_file.stat().st_size
     statuses: dict[int, int] = {}
@@ -283,7 +276,7 @@ def test_t16_hostile_input_never_500_and_writes_nothing_refused(
 )
 @pytest.mark.timeout(60)
 def test_t16_known_500s(scenario: Scenario) -> None:
-    token = _token(scenario.url, "acme")
+    token = scenario.token()
     auth = {"Authorization": f"Bearer {token}"}
     nested = b'{"type": "t", "payload": {"a": ' + b"[" * 500 + b"]" * 500 + b"}}"
     answers = []
@@ -309,7 +302,7 @@ def test_t16_known_500s(scenario: Scenario) -> None:
 @pytest.mark.scenario("T18", "org A against org B's jobs: reads, enumeration, dedup oracle, roles")
 @pytest.mark.timeout(120)
 def test_t18_tenant_isolation(scenario: Scenario) -> None:
-    tokens = {org: _token(scenario.url, org) for org in ("acme", "globex")}
+    tokens = {org: scenario.token(org) for org in ("acme", "globex")}
     hdr = {org: {"Authorization": f"Bearer {t}"} for org, t in tokens.items()}
     visible = 0
     with in_process_api(scenario.url) as (portal, client):
