@@ -22,7 +22,7 @@ from server import BenchServer
 
 import jobsd
 from jobsd.settings import Settings
-from jobsd.store import queries
+from jobsd.store import admin
 
 __all__ = [
     "ORG",
@@ -152,7 +152,7 @@ async def case_db(
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         try:
             if not notify:
-                await queries.set_notify(conn, False)
+                await admin.set_notify(conn, False)
             yield url, Meter(server, conn)
         finally:
             await conn.close()
@@ -168,7 +168,7 @@ async def enqueue_bulk(client: jobsd.Client, n: int, batch: int, start: int = 0)
     for lo in range(start, start + n, batch):
         hi = min(lo + batch, start + n)
         await client.enqueue_many(
-            [jobsd.JobSpec.build(TYPE, {"i": i}, org_id=ORG) for i in range(lo, hi)]
+            [jobsd.client.JobSpec.build(TYPE, {"i": i}, org_id=ORG) for i in range(lo, hi)]
         )
 
 

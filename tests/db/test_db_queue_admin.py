@@ -13,7 +13,7 @@ import pytest
 from daemonkit import wait_until
 from dbcheck import Listener, count_jobs
 
-from jobsd import Client, JobsdError, QueueExists, QueueInfo, QueueNotEmpty, UnknownQueue
+from jobsd import Client, JobsdError, UnknownQueue
 from jobsd.admin.queues import (
     UNCHANGED,
     create_queue,
@@ -24,6 +24,8 @@ from jobsd.admin.queues import (
     resume_queue,
     set_queue_limits,
 )
+from jobsd.errors import QueueExists, QueueNotEmpty
+from jobsd.models import QueueInfo
 
 # how a test job reaches each state from its birth, through allowed transitions
 _PATHS = {
