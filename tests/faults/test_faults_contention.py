@@ -19,7 +19,7 @@ from harness import Producer, Scenario, sized
 
 from jobsd.dev.embedded import find_bindir
 from jobsd.store.migrate import migrate_sync
-from jobsd.store.queries import sql_text
+from jobsd.store.named import sql_text
 
 pytestmark = [pytest.mark.slow]
 

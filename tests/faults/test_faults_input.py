@@ -29,8 +29,8 @@ from jobsd.admin.roles import create_roles, drop_roles
 from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
-from jobsd.security import insecure_reason
 from jobsd.settings import Settings
+from jobsd.store.tls import insecure_reason
 
 pytestmark = [pytest.mark.slow]
 
@@ -411,21 +411,20 @@ WEAK_DSNS = [
     "hostaddr=10.0.0.5 host=/tmp dbname=jobsd",
     "postgresql://u@127.0.0.1:5432/jobsd?requiressl=0",
 ]
-NEEDS_12 = pytest.mark.xfail(
-    strict=True, reason="needs issue 12: every connecting command refuses plaintext TCP"
-)
 CLI_CASES = [
     pytest.param(("queue", "list"), id="queue-list"),
     pytest.param(("export", "--out", "{tmp}/snap.json"), id="export"),
     pytest.param(("prune", "--dry-run"), id="prune"),
-    pytest.param(("migrate",), id="migrate", marks=NEEDS_12),
-    pytest.param(("enqueue", "work", "--org", "acme"), id="enqueue", marks=NEEDS_12),
-    pytest.param(("status", "{job}"), id="status", marks=NEEDS_12),
-    pytest.param(("cancel", "{job}"), id="cancel", marks=NEEDS_12),
-    pytest.param(("resolve", "{job}", "--failed"), id="resolve", marks=NEEDS_12),
-    pytest.param(("notify", "on"), id="notify", marks=NEEDS_12),
-    pytest.param(("token", "list"), id="token-list", marks=NEEDS_12),
-    pytest.param(("token", "create", "--org", "acme"), id="token-create", marks=NEEDS_12),
+    pytest.param(("migrate",), id="migrate"),
+    pytest.param(("enqueue", "work", "--org", "acme"), id="enqueue"),
+    pytest.param(("status", "{job}"), id="status"),
+    pytest.param(("cancel", "{job}"), id="cancel"),
+    pytest.param(("resolve", "{job}", "--failed"), id="resolve"),
+    pytest.param(("notify", "on"), id="notify"),
+    pytest.param(("token", "list"), id="token-list"),
+    pytest.param(("token", "create", "--org", "acme"), id="token-create"),
+    pytest.param(("run",), id="run"),
+    pytest.param(("api", "--addr", "127.0.0.1:0"), id="api"),
 ]
 
 
