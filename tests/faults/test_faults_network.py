@@ -235,9 +235,10 @@ def test_t7b_blackhole(scenario: Scenario, proxy: Proxy) -> None:
 @pytest.mark.full_campaign
 @pytest.mark.xfail(
     strict=True,
-    reason="finding: a blackholed Postgres is never detected: the daemon's pool has no "
-    "statement deadline, tcp_user_timeout or keepalives (jobsd/store/db.py, make_async_pool); "
-    "its statements wait until the partition ends",
+    reason="finding: a partitioned or blackholed Postgres is not detected: the daemon's "
+    "connections have no tcp_user_timeout and its statements no deadline (jobsd/store/connect.py, "
+    "_KEEPALIVES: keepalives start after 30 s idle and never cover a statement waiting for its "
+    "answer); claim, heartbeat and completion wait until the cut ends",
 )
 @pytest.mark.timeout(60)
 def test_t7_detects_a_partition_within_5_s(scenario: Scenario, proxy: Proxy) -> None:
