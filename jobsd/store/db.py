@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import anyio
 import psycopg
 import psycopg.errors
 from psycopg.rows import DictRow
@@ -63,7 +64,7 @@ def make_async_pool(
 ) -> AsyncPool:
     """Create (unopened) an async pool: see ``jobsd.store.connect.make_async_pool``.
 
-    Kept here for ``jobsd.worker.supervisor`` until the worker service refactor lands.
+    Kept here for the tests that import it from this module.
     """
     from jobsd.store import connect  # connect imports this module
 
@@ -152,10 +153,16 @@ def _queue_from_detail(detail: str | None) -> str:
     return "?"
 
 
-def transient_retries(operation: str, *, max_wait_s: float = 5.0) -> AsyncRetrying:
+def transient_retries(
+    operation: str,
+    *,
+    max_wait_s: float = 5.0,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> AsyncRetrying:
     """Retry a block forever on BackendUnavailable, backing off up to ``max_wait_s``.
 
-    For the daemon's own loops: the database going away must never crash it.
+    For the daemon's own loops: the database going away must never crash it. ``sleep``
+    waits out the back-off (the daemon passes its clock's); None is anyio's.
     """
 
     def _log(state: RetryCallState) -> None:
@@ -172,4 +179,5 @@ def transient_retries(operation: str, *, max_wait_s: float = 5.0) -> AsyncRetryi
         stop=stop_never,
         before_sleep=_log,
         reraise=True,
+        sleep=sleep if sleep is not None else anyio.sleep,
     )

@@ -36,8 +36,18 @@ async def open_listen_connection(
     raise AssertionError("unreachable: transient_retries never stops")
 
 
-async def notifications(conn: AsyncConn, operation: str) -> AsyncIterator[str]:
-    """Yield notification payloads until the connection fails (BackendUnavailable)."""
+async def notifications(
+    conn: AsyncConn,
+    operation: str,
+    *,
+    timeout_s: float | None = None,
+    stop_after: int | None = None,
+) -> AsyncIterator[str]:
+    """Yield notification payloads until the connection fails (BackendUnavailable).
+
+    ``timeout_s`` ends the iteration after that long, ``stop_after`` after that many
+    payloads (or a few more, when they arrived together); None is never.
+    """
     with db_errors(operation):
-        async for note in conn.notifies():
+        async for note in conn.notifies(timeout=timeout_s, stop_after=stop_after):
             yield note.payload

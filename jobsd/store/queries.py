@@ -19,8 +19,8 @@ from jobsd.models import Job, JobEvent
 from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 
-# run_named: still used by jobsd.worker (lifeline, supervisor) until the worker
-# service refactor lands; code outside jobsd.store calls the typed functions.
+# run_named: re-exported for the tests that insert raw rows; code outside jobsd.store
+# calls the typed functions.
 from jobsd.store.named import run_named as run_named
 from jobsd.store.named import run_named_sync
 
