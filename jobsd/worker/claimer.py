@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 
 from jobsd.models import Job
@@ -124,6 +125,11 @@ class Claimer:
         want = self.holdings.free
         if want <= 0:
             return 0, True
+        # A stop that arrived earlier in this pass takes effect here, before the shield:
+        # psycopg may turn the cancellation of a query it was running (the promotion)
+        # into an error instead of passing it on, and a cancelled scope is noticed again
+        # only at the next checkpoint. Without this, a pass could claim after the stop.
+        await anyio.lowlevel.checkpoint()
         # Shielded: a stop arriving while the claim is in flight must not lose jobs it
         # committed as ours; they are started, then the stop takes effect. The back-off
         # of a retry (outside this pass) stays cancellable.
