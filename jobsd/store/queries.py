@@ -280,6 +280,8 @@ class PromoteResult:
 
     promoted: int
     next_due: datetime | None
+    next_due_in_s: float | None = None
+    """seconds from the statement's ``now`` to ``next_due``, on the database's clock"""
 
 
 async def promote_due(
@@ -288,7 +290,10 @@ async def promote_due(
     """Move due scheduled jobs to queued."""
     with db_errors("promotion of due scheduled jobs"):
         rows = await run_named(conn, "jobs_promote_due", {"limit": limit, "now": now})
-    return PromoteResult(promoted=rows[0]["promoted"], next_due=rows[0]["next_due"])
+    row = rows[0]
+    return PromoteResult(
+        promoted=row["promoted"], next_due=row["next_due"], next_due_in_s=row["next_due_in_s"]
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,11 +155,12 @@ class Claimer:
         self._last_promote = self.clock.monotonic()
         async with acquire(self.pool, "promotion") as conn:
             result = await queries.promote_due(conn, now=self.clock.sql_now())
-        if result.next_due is None:
+        if result.next_due_in_s is None:
             self._next_due = None
         else:
-            delay = (result.next_due - self.clock.now()).total_seconds()
-            self._next_due = self.clock.monotonic() + max(delay, 0.0)
+            # the delay comes from the database's clock: a daemon whose clock runs ahead
+            # would otherwise see the job as due already and promote in a tight loop
+            self._next_due = self.clock.monotonic() + max(result.next_due_in_s, 0.0)
         if result.promoted:
             log.info("claimer.promoted", extra={"count": result.promoted})
         return result.promoted

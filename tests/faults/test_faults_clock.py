@@ -121,13 +121,6 @@ def _commits(scenario: Scenario) -> int:
 
 @pytest.mark.scenario("T11a-spin", "the daemon's clock +1 h with a job due later: no busy loop")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: a daemon whose clock is ahead of the database's busy-loops while a "
-    "scheduled job waits: Claimer.promote computes the next due time with the daemon's "
-    "clock (jobsd/worker/claimer.py, promote: datetime.now(UTC)), gets a delay <= 0 and "
-    "claims and promotes every 5 ms",
-)
 @pytest.mark.timeout(60)
 def test_t11a_a_clock_ahead_does_not_spin_the_claimer(scenario: Scenario) -> None:
     clock = FakeClock(scenario.workdir / "daemon-offset")

@@ -84,6 +84,32 @@ async def test_claimer_promotes_a_job_due_later_when_the_clock_gets_there(
     assert claimer.holdings.running == 0, "start_job holds the job, not the claimer"
 
 
+class _ClockAhead(ManualClock):
+    """A daemon whose wall clock runs an hour ahead while statements use the database's."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(hours=1)
+
+    def sql_now(self) -> None:
+        return None
+
+
+async def test_claimer_sleeps_until_the_due_time_on_the_databases_clock(
+    pool: AsyncPool, client: jobsd.Client, registry: Registry
+) -> None:
+    """A daemon clock ahead of the database must not make a job due later look due now
+    (fault campaign T11a: the claimer promoted and claimed in a tight loop)."""
+    await client.enqueue("mail", org_id="acme", run_after=datetime.now(UTC) + timedelta(minutes=5))
+    clock = _ClockAhead()
+    claimer = claimer_for(pool, clock, registry, [])
+
+    await claimer.run_once()
+
+    assert claimer._next_due is not None
+    assert 200 < claimer._next_due - clock.monotonic() <= 300
+    assert claimer._sleep_s() > 0.5, "an idle claimer waits for its poll, it does not spin"
+
+
 async def test_heartbeat_beats_when_its_interval_has_passed_on_the_clock(
     pool: AsyncPool, client: jobsd.Client, db: ADb
 ) -> None:
