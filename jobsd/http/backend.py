@@ -120,12 +120,18 @@ class ApiBackend:
         """Run ``fn(conn, ...)`` on a pooled connection; retry once on a dropped connection.
 
         For idempotent work only: after a database restart the pool may hand out a
-        connection that died meanwhile, and one retry takes a fresh one.
+        connection that died meanwhile, and one retry takes a fresh one. When no
+        connection came at all (the pool timed out: the database is down), the answer
+        is given at once rather than after a second wait.
         """
+        connected = False
         try:
             async with acquire(self.pool, operation) as conn:
+                connected = True
                 return await fn(conn, *args, **kwargs)
         except BackendUnavailable:
+            if not connected:
+                raise
             async with acquire(self.pool, operation) as conn:
                 return await fn(conn, *args, **kwargs)
 

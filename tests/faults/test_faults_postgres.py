@@ -159,11 +159,6 @@ def test_t5_submissions_while_postgres_is_stopped(
 
 @pytest.mark.scenario("T5-deadline", "Postgres stopped: time to 503 within the API deadline")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: with Postgres down a request waits twice JOBSD_READY_TIMEOUT (~4.1 s) "
-    "before its 503: ApiBackend.read retries a pool timeout (jobsd/http/backend.py, read())",
-)
 @pytest.mark.timeout(60)
 def test_t5_503_within_the_api_deadline(
     scenario: Scenario, fault_cluster: EmbeddedPostgres
