@@ -28,9 +28,11 @@ import anyio
 import psycopg
 from daemon_cases import case_drain, case_latency
 from enqueue_cases import case_bulk, case_concurrent, case_floor, case_server_side, case_single
-from measure import Latency, Rate, Sizes, onoff
+from libs import LIBRARIES
+from measure import Latency, Rate, Sizes, nearest_rank, onoff, table
 from probe import Probe
 from server import BenchServer, ServerInfo
+from side_by_side import side_bulk, side_drain, side_latency, side_report, side_single
 
 QUICK = Sizes(
     floor=200,
@@ -43,7 +45,9 @@ QUICK = Sizes(
     warmup=20,
 )
 CASES = ("floor", "single", "bulk", "concurrent", "server", "drain", "latency")
+SIDE_CASES = ("single", "bulk", "drain", "latency")
 CASE_TIMEOUT_S = 90.0
+SIDE_CASE_TIMEOUT_S = 300.0
 
 
 # -- running ---------------------------------------------------------------------------
@@ -52,8 +56,9 @@ CASE_TIMEOUT_S = 90.0
 class Runner:
     """Run cases in order; a case that fails or times out becomes a row with a note."""
 
-    def __init__(self, repeat: int) -> None:
+    def __init__(self, repeat: int, timeout_s: float = CASE_TIMEOUT_S) -> None:
         self.repeat = repeat
+        self.timeout_s = timeout_s
         self.rates: list[Rate] = []
         self.latencies: list[Latency] = []
 
@@ -61,7 +66,7 @@ class Runner:
         log(f"running {label} ...")
         t = time.perf_counter()
         try:
-            with anyio.fail_after(CASE_TIMEOUT_S):
+            with anyio.fail_after(self.timeout_s):
                 result = await fn()
         except Exception as exc:  # a broken case is a row, not a lost report
             log(f"  {label} failed: {exc!r}")
@@ -93,6 +98,38 @@ class Runner:
             runs.append(result)
         self.rates.extend(_median(list(figure)) for figure in zip(*runs, strict=True))
 
+    async def interleaved(
+        self, cases: list[tuple[str, Callable[[], Awaitable[Rate | Latency]], Rate | Latency]]
+    ) -> None:
+        """Run each case ``repeat`` times, round-robin (one run of each, then again), so
+        that the machine's swings fall on every case alike; keep each case's median rate,
+        or all its latency samples together."""
+        runs: list[list[Rate | Latency]] = [[] for _ in cases]
+        failed: dict[int, BaseException] = {}
+        for _ in range(self.repeat):
+            for k, (label, fn, _fallback) in enumerate(cases):
+                if k in failed:
+                    continue
+                result = await self._once(label, fn)
+                if isinstance(result, BaseException):
+                    failed[k] = result
+                else:
+                    runs[k].append(result)
+        for k, (_label, _fn, fallback) in enumerate(cases):
+            if k in failed:
+                fallback.note = _error_note(failed[k])
+                kept: Rate | Latency = fallback
+            elif isinstance(fallback, Latency):
+                kept = replace(runs[k][0])
+                kept.samples = [x for lat in runs[k] for x in lat.samples]  # type: ignore[union-attr]
+                kept.note = "; ".join(sorted({r.note for r in runs[k] if r.note}))
+            else:
+                kept = _median(runs[k])  # type: ignore[arg-type]
+            if isinstance(kept, Latency):
+                self.latencies.append(kept)
+            else:
+                self.rates.append(kept)
+
     async def latency(self, fn: Callable[[], Awaitable[Latency]], fallback: Latency) -> None:
         result = await self._once(f"latency notify={fallback.notify}", fn)
         if isinstance(result, Exception):
@@ -115,12 +152,57 @@ def _median(runs: list[Rate]) -> Rate:
     return mid
 
 
-async def run_all(args: argparse.Namespace, server: BenchServer, info: ServerInfo) -> str:
-    """Run the chosen cases and return the report."""
+async def run_peers(args: argparse.Namespace, server: BenchServer, info: ServerInfo) -> str:
+    """Run the side-by-side cases on jobsd and the peers; return the report."""
     t0 = time.perf_counter()
+    sizes = _sizes(args)
+    wanted = set(args.only or SIDE_CASES)
+    libs = ["jobsd", *args.peers]
+    run = Runner(args.repeat, timeout_s=SIDE_CASE_TIMEOUT_S)
+    cases: list[tuple[str, Callable[[], Awaitable[Rate | Latency]], Rate | Latency]] = []
+    if "single" in wanted:
+        for lib in libs:
+            fallback = Rate("enqueue, one job per call", "on", sizes.single, lib=lib)
+            cases.append((f"{lib} single", partial(side_single, server, sizes, lib), fallback))
+    if "bulk" in wanted:
+        for lib in libs:
+            case = f"enqueue, {sizes.bulk_batch:,} jobs per call"
+            fallback = Rate(case, "on", sizes.bulk, lib=lib)
+            cases.append((f"{lib} bulk", partial(side_bulk, server, sizes, lib), fallback))
+    if "drain" in wanted:
+        for setting in ("default", "best"):
+            for lib in libs:
+                fallback = Rate(f"drain, {setting} settings", "on", sizes.drain, lib=lib)
+                fn = partial(side_drain, server, sizes, lib, setting)
+                cases.append((f"{lib} drain {setting}", fn, fallback))
+    if "latency" in wanted:
+        for lib in libs:
+            fallback = Latency("pickup latency, idle worker", "on", 0.0, lib=lib)
+            cases.append((f"{lib} latency", partial(side_latency, server, sizes, lib), fallback))
+    await run.interleaved(cases)
+    took = time.perf_counter() - t0
+    return "\n".join(
+        [
+            *_header(args, info, took, "jobsd and its peers side by side"),
+            "",
+            side_report(libs, run.rates, run.latencies),
+        ]
+    )
+
+
+def _sizes(args: argparse.Namespace) -> Sizes:
     sizes = QUICK if args.quick else Sizes()
     if args.jobs:
         sizes = replace(sizes, drain=args.jobs)
+    return sizes
+
+
+async def run_all(args: argparse.Namespace, server: BenchServer, info: ServerInfo) -> str:
+    """Run the chosen cases and return the report."""
+    if args.peers:
+        return await run_peers(args, server, info)
+    t0 = time.perf_counter()
+    sizes = _sizes(args)
     wanted = set(args.only or CASES)
     run = Runner(args.repeat)
 
@@ -159,13 +241,6 @@ async def run_all(args: argparse.Namespace, server: BenchServer, info: ServerInf
 # -- report ----------------------------------------------------------------------------
 
 
-def table(head: list[str], rows: list[list[str]]) -> str:
-    """Format a markdown table."""
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _rate_row(r: Rate) -> list[str]:
     if math.isnan(r.seconds) or r.n == 0:
         return [r.case, r.notify, f"{r.n:,}", "-", "-", "-", "-", "-", "-", r.note]
@@ -187,16 +262,12 @@ def _rate_row(r: Rate) -> list[str]:
     ]
 
 
-def _nearest_rank(ordered: list[float], q: float) -> float:
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
-
-
 def _latency_row(lat: Latency) -> list[str]:
     xs = sorted(lat.samples)
     head = [lat.case, lat.notify, f"{lat.poll_s:g} s", f"{len(xs)}"]
     if not xs:
         return [*head, "-", "-", "-", lat.note]
-    ms = [f"{_nearest_rank(xs, q) * 1000:,.1f}" for q in (0.5, 0.99)]
+    ms = [f"{nearest_rank(xs, q) * 1000:,.1f}" for q in (0.5, 0.99)]
     return [*head, *ms, f"{xs[-1] * 1000:,.1f}", lat.note]
 
 
@@ -237,21 +308,24 @@ def drain_anatomy(rate: Rate) -> str:
     )
 
 
-def report(args: argparse.Namespace, info: ServerInfo, run: Runner, took_s: float) -> str:
-    """Return the markdown report."""
-    out = [
-        f"# jobsd bench{' (--quick: small N, a smoke run)' if args.quick else ''}",
+def _header(args: argparse.Namespace, info: ServerInfo, took_s: float, what: str) -> list[str]:
+    return [
+        f"# {what}{' (--quick: small N, a smoke run)' if args.quick else ''}",
         "",
         f"- Postgres {info.version}, {info.where}; fsync={info.fsync}, "
         f"synchronous_commit={info.synchronous_commit}",
         f"- machine: {os.cpu_count()} cores ({platform.machine()}), Python "
-        f"{platform.python_version()}, psycopg {psycopg.__version__}; the bench (client and "
-        "daemon, one process) and Postgres share these cores",
-        f"- jobsd {_version()}; each case in a fresh database, "
+        f"{platform.python_version()}, psycopg {psycopg.__version__}; the bench, the workers "
+        "and Postgres share these cores",
+        f"- {_versions(['jobsd', *getattr(args, 'peers', [])])}; each case in a fresh database, "
         + ("once" if args.repeat == 1 else f"{args.repeat} times (median shown)")
         + f"; whole run {took_s:.0f} s",
-        "",
     ]
+
+
+def report(args: argparse.Namespace, info: ServerInfo, run: Runner, took_s: float) -> str:
+    """Return the markdown report."""
+    out = [*_header(args, info, took_s, "jobsd bench"), ""]
     if run.rates:
         head = [
             "case",
@@ -277,11 +351,23 @@ def report(args: argparse.Namespace, info: ServerInfo, run: Runner, took_s: floa
     return "\n".join(out)
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("jobsd")
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
+def _versions(names: list[str]) -> str:
+    def one(name: str) -> str:
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            return f"{name} ?"
+
+    return ", ".join(one(n) for n in names)
+
+
+def _peer_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = [lib for lib in LIBRARIES if lib != "jobsd"]
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(f"unknown peer {name!r}; known: {', '.join(known)}")
+    return list(dict.fromkeys(names))
 
 
 def log(text: str) -> None:
@@ -297,9 +383,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per throughput case (1)")
     parser.add_argument("--no-fsync", action="store_true", help="embedded cluster without fsync")
     parser.add_argument("--only", nargs="+", choices=CASES, help="run only these cases")
+    parser.add_argument(
+        "--peers",
+        type=_peer_list,
+        default=[],
+        help="run the side-by-side cases on jobsd and these libraries (comma-separated: "
+        "pgqueuer,procrastinate; needs `uv sync --group bench`)",
+    )
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.peers and args.only and not set(args.only) <= set(SIDE_CASES):
+        parser.error(f"with --peers, --only takes {', '.join(SIDE_CASES)}")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
     t0 = time.perf_counter()

@@ -18,6 +18,7 @@ from probe import Probe
 from server import BenchServer
 
 import jobsd
+from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.worker.supervisor import Daemon
 
@@ -25,7 +26,7 @@ __all__ = ["bench_registry", "case_drain", "case_latency", "running_daemon", "se
 
 
 @asynccontextmanager
-async def running_daemon(settings: Settings, registry: jobsd.Registry) -> AsyncIterator[Daemon]:
+async def running_daemon(settings: Settings, registry: Registry) -> AsyncIterator[Daemon]:
     """Run a daemon in this event loop until the block ends; then stop it gracefully."""
     daemon = Daemon(settings, registry)
     async with anyio.create_task_group() as tg:
@@ -41,9 +42,9 @@ async def running_daemon(settings: Settings, registry: jobsd.Registry) -> AsyncI
 def bench_registry(
     on_start: Callable[[jobsd.JobContext], None] | None = None,
     sleep_ms: tuple[float, float] | None = None,
-) -> jobsd.Registry:
+) -> Registry:
     """Register the bench's handler: record its start, then sleep a random while if asked."""
-    registry = jobsd.Registry()
+    registry = Registry()
     rng = random.Random(3)
 
     @jobsd.handler(TYPE, registry=registry)

@@ -12,17 +12,17 @@ import math
 import os
 import resource
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from server import BenchServer
+from server import BenchServer, cpu_of
 
 import jobsd
 from jobsd.settings import Settings
-from jobsd.store import queries
+from jobsd.store import admin
 
 __all__ = [
     "ORG",
@@ -34,7 +34,9 @@ __all__ = [
     "case_db",
     "client_for",
     "enqueue_bulk",
+    "nearest_rank",
     "onoff",
+    "table",
 ]
 
 ORG = "bench"
@@ -74,6 +76,7 @@ class Rate:
     wal_bytes: int | None = None
     note: str = ""
     anatomy: dict[str, Any] | None = None
+    lib: str = "jobsd"
 
     @property
     def per_s(self) -> float:
@@ -89,6 +92,7 @@ class Latency:
     poll_s: float
     samples: list[float] = field(default_factory=list)
     note: str = ""
+    lib: str = "jobsd"
 
 
 def _machine_busy_s() -> float:
@@ -105,12 +109,21 @@ def _own_cpu_s() -> float:
 
 
 class Meter:
-    """Take wall, CPU and WAL readings around a timed section."""
+    """Take wall, CPU and WAL readings around a timed section.
+
+    The CPU of the meter's own backend (its LSN readings, and the polls of a case that
+    waits for a worker process on this connection) is left out of Postgres's. With
+    ``client_cpu`` (a worker process's CPU reading) the client column is that process,
+    not the bench's.
+    """
 
     def __init__(self, server: BenchServer, conn: psycopg.AsyncConnection[Any]) -> None:
         self.server = server
         self.conn = conn
-        self._start: tuple[float, float, float | None, float, int] | None = None
+        self.backend_pid = conn.info.backend_pid
+        self._start: tuple[float, float, float | None, float, int, float] | None = None
+        self._client_cpu: Callable[[], float] = _own_cpu_s
+        self._bench0 = 0.0
 
     async def _lsn(self) -> int:
         cur = await self.conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
@@ -118,26 +131,41 @@ class Meter:
         assert row is not None
         return int(row[0])
 
-    async def start(self) -> None:
+    def _observer_s(self) -> float:
+        return cpu_of(self.backend_pid, children=False) or 0.0
+
+    async def start(self, client_cpu: Callable[[], float] = _own_cpu_s) -> None:
+        self._client_cpu = client_cpu
+        self._bench0 = _own_cpu_s()
         lsn = await self._lsn()
         pg = self.server.cpu_s()
-        self._start = (time.perf_counter(), _own_cpu_s(), pg, _machine_busy_s(), lsn)
+        self._start = (
+            time.perf_counter(),
+            client_cpu(),
+            pg,
+            _machine_busy_s(),
+            lsn,
+            self._observer_s(),
+        )
 
     async def stop(self, rate: Rate) -> Rate:
-        wall, own, pg, busy = (
+        wall, own, pg, busy, observer = (
             time.perf_counter(),
-            _own_cpu_s(),
+            self._client_cpu(),
             self.server.cpu_s(),
             _machine_busy_s(),
+            self._observer_s(),
         )
         lsn = await self._lsn()
         assert self._start is not None
-        wall0, own0, pg0, busy0, lsn0 = self._start
+        wall0, own0, pg0, busy0, lsn0, observer0 = self._start
         rate.seconds = wall - wall0
         rate.client_cpu_s = own - own0
         if pg is not None and pg0 is not None:
-            rate.pg_cpu_s = pg - pg0
-            other = (busy - busy0) - rate.client_cpu_s - rate.pg_cpu_s
+            rate.pg_cpu_s = (pg - pg0) - (observer - observer0)
+            other = (busy - busy0) - rate.client_cpu_s - (pg - pg0)
+            if self._client_cpu is not _own_cpu_s:
+                other -= _own_cpu_s() - self._bench0
             rate.other_cpu_share = max(other, 0.0) / (rate.seconds * (os.cpu_count() or 1))
         rate.wal_bytes = lsn - lsn0
         return rate
@@ -145,14 +173,15 @@ class Meter:
 
 @asynccontextmanager
 async def case_db(
-    server: BenchServer, name: str, *, notify: bool = True
+    server: BenchServer, name: str, *, notify: bool = True, migrated: bool = True
 ) -> AsyncIterator[tuple[str, Meter]]:
-    """Yield a fresh database (NOTIFY trigger switched as asked) and a meter on it."""
-    async with server.fresh_database(name) as url:
+    """Yield a fresh database (NOTIFY trigger switched as asked; empty unless
+    ``migrated``) and a meter on it."""
+    async with server.fresh_database(name, migrated=migrated) as url:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         try:
             if not notify:
-                await queries.set_notify(conn, False)
+                await admin.set_notify(conn, False)
             yield url, Meter(server, conn)
         finally:
             await conn.close()
@@ -168,9 +197,21 @@ async def enqueue_bulk(client: jobsd.Client, n: int, batch: int, start: int = 0)
     for lo in range(start, start + n, batch):
         hi = min(lo + batch, start + n)
         await client.enqueue_many(
-            [jobsd.JobSpec.build(TYPE, {"i": i}, org_id=ORG) for i in range(lo, hi)]
+            [jobsd.client.JobSpec.build(TYPE, {"i": i}, org_id=ORG) for i in range(lo, hi)]
         )
 
 
 def onoff(notify: bool) -> str:
     return "on" if notify else "off"
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    """Format a markdown table."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def nearest_rank(ordered: list[float], q: float) -> float:
+    """Return the nearest-rank ``q`` quantile of the sorted ``ordered``."""
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]

@@ -47,7 +47,7 @@ def _rows_promoted(args: tuple[Any, ...], result: Any) -> int:
 _WATCHED: dict[str, Callable[[tuple[Any, ...], Any], int]] = {
     "claim_batch": _rows_claimed,
     "finish_batch": _rows_sent,
-    "heartbeat": _rows_sent,
+    "heartbeat_v2": _rows_sent,
     "promote_due": _rows_promoted,
     "sweep_stale": _rows_claimed,
 }

@@ -32,7 +32,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from server import BenchServer, ServerInfo, db_url_for
 
-import jobsd.admin.retention
+import jobsd.store.retention
 from jobsd.admin.retention import prune
 from jobsd.store.sqlfiles import load_queries
 
@@ -94,8 +94,8 @@ class Figure:
 
 @contextmanager
 def timed_statements(figure: Figure) -> Iterator[None]:
-    """Time every named statement jobsd.admin.retention runs (its module's ``run_named``)."""
-    original = jobsd.admin.retention.run_named
+    """Time every named statement of a prune (``jobsd.store.retention``'s ``run_named``)."""
+    original = jobsd.store.retention.run_named
 
     async def timing(conn: Any, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         t = time.perf_counter()
@@ -104,11 +104,11 @@ def timed_statements(figure: Figure) -> Iterator[None]:
         finally:
             figure.statements[name].append(time.perf_counter() - t)
 
-    jobsd.admin.retention.run_named = timing  # type: ignore[assignment]
+    jobsd.store.retention.run_named = timing  # type: ignore[assignment]
     try:
         yield
     finally:
-        jobsd.admin.retention.run_named = original  # type: ignore[assignment]
+        jobsd.store.retention.run_named = original  # type: ignore[assignment]
 
 
 CASES = ("dry", "prune", "events", "nolock", "batches", "spared", "naive", "naive-spared")

@@ -25,7 +25,7 @@ from psycopg.conninfo import make_conninfo
 from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.store.migrate import migrate_sync
 
-__all__ = ["BenchServer", "ServerInfo", "db_url_for"]
+__all__ = ["BenchServer", "ServerInfo", "cpu_of", "db_url_for"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -49,7 +49,7 @@ class ServerInfo:
     where: str
 
 
-def _cpu_of(pid: int, *, children: bool) -> float | None:
+def cpu_of(pid: int, *, children: bool) -> float | None:
     """Return user+system seconds of ``pid`` (plus reaped children's), or None."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -80,6 +80,9 @@ class BenchServer:
             self._embedded = EmbeddedPostgres(fsync=fsync)
             self._embedded.start()
             database_url = self._embedded.url()
+            # our own throwaway cluster on 127.0.0.1, plaintext like `jobsd dev`'s: the
+            # bench, its worker processes and the peers' may connect without TLS
+            os.environ.setdefault("JOBSD_ALLOW_INSECURE", "1")
         self.admin_url = database_url
         self.bindir = self._embedded.bindir if self._embedded is not None else None
         self._prefix = f"jobsd_bench_{os.getpid()}"
@@ -93,13 +96,19 @@ class BenchServer:
         self._create(self._template, None)
         migrate_sync(db_url_for(self.admin_url, self._template))
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            if self._embedded is not None:
+                # No timed checkpoint inside a case: its WAL figure is the steady cost,
+                # without the full-page images a checkpoint falling into it would add.
+                conn.execute("ALTER SYSTEM SET checkpoint_timeout = '1h'")
+                conn.execute("ALTER SYSTEM SET max_wal_size = '8GB'")
+                conn.execute("SELECT pg_reload_conf()")
             row = conn.execute(
                 "SELECT current_setting('server_version'), current_setting('fsync'),"
                 " current_setting('synchronous_commit'), pg_backend_pid()"
             ).fetchone()
             assert row is not None
             backend_ppid = _ppid_of(row[3])
-        if backend_ppid is not None and _cpu_of(backend_ppid, children=True) is not None:
+        if backend_ppid is not None and cpu_of(backend_ppid, children=True) is not None:
             self.postmaster_pid = backend_ppid
         where = "embedded (throwaway cluster)" if self._embedded else "given --database-url"
         return ServerInfo(version=row[0], fsync=row[1], synchronous_commit=row[2], where=where)
@@ -109,20 +118,21 @@ class BenchServer:
         pm = self.postmaster_pid
         if pm is None:
             return None
-        total = _cpu_of(pm, children=True)
+        total = cpu_of(pm, children=True)
         if total is None:
             return None
         for name in os.listdir("/proc"):
             if name.isdigit() and _ppid_of(int(name)) == pm:
-                total += _cpu_of(int(name), children=False) or 0.0
+                total += cpu_of(int(name), children=False) or 0.0
         return total
 
     @asynccontextmanager
-    async def fresh_database(self, case: str) -> AsyncIterator[str]:
-        """Yield the URL of a new migrated database; drop it afterwards."""
+    async def fresh_database(self, case: str, *, migrated: bool = True) -> AsyncIterator[str]:
+        """Yield the URL of a new database (jobsd's schema in it unless not ``migrated``);
+        drop it afterwards."""
         self._seq += 1
         name = f"{self._prefix}_{self._seq:02d}_{case}"
-        self._create(name, self._template)
+        self._create(name, self._template if migrated else None)
         try:
             yield db_url_for(self.admin_url, name)
         finally:

@@ -13,80 +13,57 @@ Handle in the daemon (``JOBSD_HANDLERS=myapp.jobs jobsd run``)::
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable
-from datetime import datetime
-from typing import Any
+from importlib import metadata
+from typing import Any, Unpack
 
-import psycopg
-
-from jobsd.admin.queues import QueueInfo
-from jobsd.client import Client, JobSpec, SyncClient
+from jobsd.client import Client, SyncClient
 from jobsd.context import JobContext
 from jobsd.errors import (
-    AlreadyClaimed,
     BackendUnavailable,
     ConfigError,
-    DatabaseError,
-    DuplicateJob,
-    InvalidPayload,
     JobNotFound,
     JobsdError,
-    LeaseLost,
-    MigrationError,
     OutcomeUnknown,
-    PayloadTooLarge,
-    QueueExists,
     QueueFull,
-    QueueNotEmpty,
-    TransientConflict,
-    UnknownDependency,
-    UnknownJobKind,
     UnknownQueue,
 )
+from jobsd.jobspec import EnqueueOptions
 from jobsd.models import Job, JobEvent, JobStatus
 from jobsd.recovery import Recovery
-from jobsd.registry import HandlerSpec, Registry, default_registry, handler
+from jobsd.registry import handler
 from jobsd.retry import RetryPolicy, exponential_backoff
+from jobsd.store import AsyncConn, SyncConn
 
+# What an application uses (README "Enqueue"); everything else has a module of its own:
+# every error in jobsd.errors, EnqueueOptions and bulk specs (JobSpec) in jobsd.client,
+# queue administration in jobsd.admin.queues, custom registries in jobsd.registry.
 __all__ = [
-    "AlreadyClaimed",
     "BackendUnavailable",
     "Client",
     "ConfigError",
-    "DatabaseError",
-    "DuplicateJob",
-    "HandlerSpec",
-    "InvalidPayload",
     "Job",
     "JobContext",
     "JobEvent",
     "JobNotFound",
-    "JobSpec",
     "JobStatus",
     "JobsdError",
-    "LeaseLost",
-    "MigrationError",
     "OutcomeUnknown",
-    "PayloadTooLarge",
-    "QueueExists",
     "QueueFull",
-    "QueueInfo",
-    "QueueNotEmpty",
     "Recovery",
-    "Registry",
     "RetryPolicy",
     "SyncClient",
-    "TransientConflict",
-    "UnknownDependency",
-    "UnknownJobKind",
     "UnknownQueue",
-    "default_registry",
+    "__version__",
     "enqueue",
     "enqueue_sync",
     "exponential_backoff",
     "handler",
 ]
+
+try:
+    __version__ = metadata.version("jobsd")
+except metadata.PackageNotFoundError:  # a checkout that was never installed
+    __version__ = "0+unknown"
 
 _async_client: Client | None = None
 _sync_client: SyncClient | None = None
@@ -97,35 +74,19 @@ async def enqueue(
     payload: dict[str, Any] | None = None,
     *,
     org_id: str,
-    queue: str = "default",
-    dedup_key: str | None = None,
-    run_after: datetime | None = None,
-    job_id: uuid.UUID | str | None = None,
-    priority: int = 0,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[uuid.UUID | str] = (),
-    conn: psycopg.AsyncConnection[Any] | None = None,
+    conn: AsyncConn | None = None,
+    **options: Unpack[EnqueueOptions],
 ) -> Job:
     """Enqueue a job with the default client (``JOBSD_DATABASE_URL``); see ``Client.enqueue``.
 
-    With ``conn``, the job is inserted in the caller's transaction instead.
+    ``options`` are those of ``jobsd.client.EnqueueOptions`` (queue, dedup_key,
+    run_after, job_id, priority, concurrency_key, depends_on). With ``conn``, the job
+    is inserted in the caller's transaction instead.
     """
     global _async_client
     if _async_client is None:
         _async_client = Client()
-    return await _async_client.enqueue(
-        type,
-        payload,
-        org_id=org_id,
-        queue=queue,
-        dedup_key=dedup_key,
-        run_after=run_after,
-        job_id=job_id,
-        priority=priority,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        conn=conn,
-    )
+    return await _async_client.enqueue(type, payload, org_id=org_id, conn=conn, **options)
 
 
 def enqueue_sync(
@@ -133,29 +94,11 @@ def enqueue_sync(
     payload: dict[str, Any] | None = None,
     *,
     org_id: str,
-    queue: str = "default",
-    dedup_key: str | None = None,
-    run_after: datetime | None = None,
-    job_id: uuid.UUID | str | None = None,
-    priority: int = 0,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[uuid.UUID | str] = (),
-    conn: psycopg.Connection[Any] | None = None,
+    conn: SyncConn | None = None,
+    **options: Unpack[EnqueueOptions],
 ) -> Job:
     """Enqueue a job from synchronous code; see ``SyncClient.enqueue``."""
     global _sync_client
     if _sync_client is None:
         _sync_client = SyncClient()
-    return _sync_client.enqueue(
-        type,
-        payload,
-        org_id=org_id,
-        queue=queue,
-        dedup_key=dedup_key,
-        run_after=run_after,
-        job_id=job_id,
-        priority=priority,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        conn=conn,
-    )
+    return _sync_client.enqueue(type, payload, org_id=org_id, conn=conn, **options)

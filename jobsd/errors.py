@@ -15,7 +15,6 @@ __all__ = [
     "InvalidPayload",
     "JobNotFound",
     "JobsdError",
-    "LeaseLost",
     "MigrationError",
     "OutcomeUnknown",
     "PayloadTooLarge",
@@ -24,7 +23,6 @@ __all__ = [
     "QueueNotEmpty",
     "TransientConflict",
     "UnknownDependency",
-    "UnknownJobKind",
     "UnknownQueue",
 ]
 
@@ -39,10 +37,6 @@ class ConfigError(JobsdError):
 
 class MigrationError(JobsdError):
     """A schema migration failed or the schema is in an unexpected state."""
-
-
-class UnknownJobKind(JobsdError):
-    """No handler is registered for a job type."""
 
 
 class InvalidPayload(JobsdError, ValueError):
@@ -98,10 +92,6 @@ class DuplicateJob(DatabaseError):
 
 class AlreadyClaimed(DatabaseError):
     """Another worker holds the job that this worker tried to claim."""
-
-
-class LeaseLost(JobsdError):
-    """This worker no longer owns the job: it was swept, cancelled or claimed elsewhere."""
 
 
 class QueueFull(JobsdError):

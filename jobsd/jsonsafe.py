@@ -19,7 +19,11 @@ _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
 
-__all__ = ["encode_object", "storable_json", "storable_text"]
+__all__ = ["ERROR_MAX_BYTES", "cap_error", "encode_object", "storable_json", "storable_text"]
+
+# the CHECK on jobsd.jobs.error: longer text goes into the report
+ERROR_MAX_BYTES = 2048
+_TRUNCATED = " [truncated]"
 
 
 def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
@@ -55,6 +59,21 @@ def storable_text(text: str) -> str:
     For diagnostics (error messages, reasons) that must be written whatever they hold.
     """
     return _SURROGATE.sub(_REPLACEMENT, text.replace("\x00", _REPLACEMENT))
+
+
+def cap_error(text: str, *, mark: bool = True) -> str:
+    """Make an error message fit the error column: storable characters, at most 2 KiB.
+
+    A longer message is cut on a character boundary and, with ``mark``, ends with
+    `` [truncated]`` (the full text goes into the report). The store cuts again
+    without a mark whatever it writes, as the last guard of the column's CHECK.
+    """
+    clean = storable_text(text)
+    data = clean.encode("utf-8")
+    if len(data) <= ERROR_MAX_BYTES:
+        return clean
+    marker = _TRUNCATED if mark else ""
+    return data[: ERROR_MAX_BYTES - len(marker)].decode("utf-8", "ignore") + marker
 
 
 def storable_json(value: Any) -> str:

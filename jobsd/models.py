@@ -1,4 +1,4 @@
-"""What a job is: its states and the rows jobsd reads back."""
+"""What a job is: its states, and the rows jobsd reads back (jobs, their events, queues)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ __all__ = [
     "Job",
     "JobEvent",
     "JobStatus",
+    "QueueInfo",
 ]
 
 
@@ -77,6 +78,28 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
+# the columns every version of jobsd.jobs has (migration 0001), read as they are
+_JOB_COLUMNS = (
+    "id",
+    "org_id",
+    "type",
+    "queue",
+    "attempts",
+    "dedup_key",
+    "payload",
+    "progress",
+    "report",
+    "error",
+    "reason",
+    "run_after",
+    "lease_id",
+    "worker_id",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A row of ``jobsd.jobs``."""
@@ -110,24 +133,8 @@ class Job:
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         """Build a job from a dict row; unknown columns (added by later migrations) are ignored."""
         return cls(
-            id=row["id"],
-            org_id=row["org_id"],
-            type=row["type"],
-            queue=row["queue"],
+            **{name: row[name] for name in _JOB_COLUMNS},
             status=JobStatus(row["status"]),
-            attempts=row["attempts"],
-            dedup_key=row["dedup_key"],
-            payload=row["payload"],
-            progress=row["progress"],
-            report=row["report"],
-            error=row["error"],
-            reason=row["reason"],
-            run_after=row["run_after"],
-            lease_id=row["lease_id"],
-            worker_id=row["worker_id"],
-            created_at=row["created_at"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
             cancel_requested_at=row.get("cancel_requested_at"),
             priority=row.get("priority", 0),
             concurrency_key=row.get("concurrency_key"),
@@ -194,6 +201,60 @@ class JobEvent:
             "attempt": self.attempt,
             "reason": self.reason,
             "worker": self.worker_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A declared queue: its limits, whether it is paused, and its open jobs by state.
+
+    A limit of None is unset: no capacity, the default concurrency limit, finished
+    jobs kept until deleted. The counts are every org's jobs, read in one statement.
+    """
+
+    name: str
+    created_at: datetime
+    paused_at: datetime | None
+    capacity: int | None
+    concurrency_limit: int | None
+    retention_days: int | None
+    queued: int
+    scheduled: int
+    blocked: int
+    running: int
+    recovery_required: int
+
+    @property
+    def paused(self) -> bool:
+        """Say whether claims from this queue are stopped."""
+        return self.paused_at is not None
+
+    @property
+    def depth(self) -> dict[str, int]:
+        """Return the open jobs by state, in the order of ``OPEN_STATES``."""
+        return {state: int(getattr(self, state)) for state in OPEN_STATES}
+
+    @property
+    def open_jobs(self) -> int:
+        """Return the number of jobs not yet finished (what the capacity counts)."""
+        return sum(self.depth.values())
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QueueInfo:
+        """Build from a row of ``jobsd.queue_info()``."""
+        return cls(**{k: row[k] for k in cls.__slots__})
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (times in ISO 8601), as ``jobsd queue list --json``."""
+        return {
+            "name": self.name,
+            "paused": self.paused,
+            "paused_at": _iso(self.paused_at),
+            "capacity": self.capacity,
+            "concurrency_limit": self.concurrency_limit,
+            "retention_days": self.retention_days,
+            "created_at": _iso(self.created_at),
+            "depth": self.depth,
         }
 
 

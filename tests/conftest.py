@@ -87,6 +87,18 @@ def _drop_database(admin_url: str, name: str) -> None:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def allow_plaintext_test_server() -> Iterator[None]:
+    """Set JOBSD_ALLOW_INSECURE=1 for the session: the test server is plaintext TCP.
+
+    Every connection jobsd opens goes through its TLS policy (``jobsd.store.connect``);
+    tests of the refusal set JOBSD_ALLOW_INSECURE=0 (or remove it) themselves.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JOBSD_ALLOW_INSECURE", "1")
+        yield
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[EmbeddedPostgres | None]:
     """Start an embedded Postgres for the session, or None when an external URL is set."""

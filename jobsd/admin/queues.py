@@ -1,10 +1,11 @@
 """Declare and administer queues: create, change limits, list, pause, resume, drop.
 
-Every function takes a psycopg async connection (jobsd's own, or a caller's: then the
-change commits with the caller's transaction) and runs through the SECURITY DEFINER
-functions of migration 0009, so it works under the least-privilege enqueue role too
-and the depth of a queue counts every org's jobs. Arguments are checked here first:
-a bad name or limit is a ValueError, and nothing reaches the database.
+Every function takes an async connection (jobsd's own, or a caller's: then the
+change commits with the caller's transaction) and checks its arguments first: a bad
+name or limit is a ValueError, and nothing reaches the database. The statements are
+``jobsd.store.queues``: through the SECURITY DEFINER functions of migration 0009, so
+they work under the least-privilege enqueue role too and the depth of a queue counts
+every org's jobs.
 
 Semantics (docs/queues.md): a pause stops new claims from the queue at once (running
 jobs finish); a resume wakes idle daemons with ``NOTIFY jobsd, '<queue>'``; both are
@@ -17,22 +18,18 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import TypedDict, Unpack
 
-import psycopg
-
-from jobsd.errors import QueueExists, QueueNotEmpty, UnknownQueue
-from jobsd.models import OPEN_STATES, QUEUE_NAME_PATTERN
-from jobsd.store.db import db_errors
-from jobsd.store.queries import run_named
+from jobsd.models import OPEN_STATES, QUEUE_NAME_PATTERN, QueueInfo
+from jobsd.store import queues as store
+from jobsd.store.db import AsyncConn
 
 __all__ = [
     "DEFAULT_QUEUE",
     "OPEN_STATES",
     "UNCHANGED",
     "QueueInfo",
+    "QueueLimits",
     "Unchanged",
     "check_limit",
     "check_queue_name",
@@ -57,7 +54,7 @@ _LIMITS = {
 
 
 class Unchanged(enum.Enum):
-    """The type of ``UNCHANGED``: leave a limit as it is."""
+    """The type of ``UNCHANGED``: leave a limit as it is (as leaving it out does)."""
 
     UNCHANGED = "unchanged"
 
@@ -65,58 +62,27 @@ class Unchanged(enum.Enum):
 UNCHANGED = Unchanged.UNCHANGED
 
 
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """A declared queue: its limits, whether it is paused, and its open jobs by state.
+class QueueLimits(TypedDict, total=False):
+    """A queue's limits, each optional; None is unset (left out: unchanged, or unset)."""
 
-    A limit of None is unset: no capacity, the default concurrency limit, finished
-    jobs kept until deleted. The counts are every org's jobs, read in one statement.
-    """
+    capacity: int | Unchanged | None
+    """Open jobs at most; enqueues beyond it are refused (QueueFull)."""
+    concurrency_limit: int | Unchanged | None
+    """Running jobs of one concurrency key at most (None: the default, 1)."""
+    retention_days: int | Unchanged | None
+    """Days ``jobsd prune`` keeps finished jobs (None: until deleted)."""
 
-    name: str
-    created_at: datetime
-    paused_at: datetime | None
-    capacity: int | None
-    concurrency_limit: int | None
-    retention_days: int | None
-    queued: int
-    scheduled: int
-    blocked: int
-    running: int
-    recovery_required: int
 
-    @property
-    def paused(self) -> bool:
-        """Say whether claims from this queue are stopped."""
-        return self.paused_at is not None
-
-    @property
-    def depth(self) -> dict[str, int]:
-        """Return the open jobs by state, in the order of ``OPEN_STATES``."""
-        return {state: int(getattr(self, state)) for state in OPEN_STATES}
-
-    @property
-    def open_jobs(self) -> int:
-        """Return the number of jobs not yet finished (what the capacity counts)."""
-        return sum(self.depth.values())
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> QueueInfo:
-        """Build from a row of ``jobsd.queue_info()``."""
-        return cls(**{k: row[k] for k in cls.__slots__})
-
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (times in ISO 8601), as ``jobsd queue list --json``."""
-        return {
-            "name": self.name,
-            "paused": self.paused,
-            "paused_at": self.paused_at.isoformat() if self.paused_at else None,
-            "capacity": self.capacity,
-            "concurrency_limit": self.concurrency_limit,
-            "retention_days": self.retention_days,
-            "created_at": self.created_at.isoformat(),
-            "depth": self.depth,
-        }
+def _checked(limits: QueueLimits) -> dict[str, int | None]:
+    """Check the limits given; leave out those left out or ``UNCHANGED``."""
+    unknown = sorted(set(limits) - set(_LIMITS))
+    if unknown:
+        raise TypeError(f"unknown queue limit {unknown[0]!r}")
+    return {
+        field: check_limit(field, value)
+        for field, value in limits.items()
+        if not isinstance(value, Unchanged)
+    }
 
 
 def check_queue_name(name: object) -> str:
@@ -142,110 +108,48 @@ def check_limit(field: str, value: object) -> int | None:
     return value
 
 
-async def _info(conn: psycopg.AsyncConnection[Any], name: str) -> QueueInfo:
-    rows = await run_named(conn, "queues_info", {"name": name})
-    if not rows:  # gone between the change and this read: only a concurrent drop does it
-        raise UnknownQueue(name)
-    return QueueInfo.from_row(rows[0])
+async def create_queue(conn: AsyncConn, name: str, **limits: Unpack[QueueLimits]) -> QueueInfo:
+    """Declare a queue with the limits given and return it; raise QueueExists if taken."""
+    return await store.create(conn, check_queue_name(name), _checked(limits))
 
 
-async def create_queue(
-    conn: psycopg.AsyncConnection[Any],
-    name: str,
-    *,
-    capacity: int | None = None,
-    concurrency_limit: int | None = None,
-    retention_days: int | None = None,
-) -> QueueInfo:
-    """Declare a queue and return it; raise QueueExists if the name is taken."""
-    params = {
-        "name": check_queue_name(name),
-        "capacity": check_limit("capacity", capacity),
-        "concurrency_limit": check_limit("concurrency_limit", concurrency_limit),
-        "retention_days": check_limit("retention_days", retention_days),
-    }
-    with db_errors(f"creation of queue {name!r}"):
-        async with conn.transaction():
-            rows = await run_named(conn, "queues_create", params)
-            if not rows[0]["done"]:
-                raise QueueExists(name)
-            return await _info(conn, name)
-
-
-async def set_queue_limits(
-    conn: psycopg.AsyncConnection[Any],
-    name: str,
-    *,
-    capacity: int | Unchanged | None = UNCHANGED,
-    concurrency_limit: int | Unchanged | None = UNCHANGED,
-    retention_days: int | Unchanged | None = UNCHANGED,
-) -> QueueInfo:
+async def set_queue_limits(conn: AsyncConn, name: str, **changes: Unpack[QueueLimits]) -> QueueInfo:
     """Change the limits given (None removes one), leave the others; return the queue.
 
     A capacity below the queue's open jobs is accepted: enqueues are refused until
     fewer jobs are open than the capacity. Raises UnknownQueue.
     """
-    params: dict[str, Any] = {"name": check_queue_name(name)}
-    for field, value in (
-        ("capacity", capacity),
-        ("concurrency_limit", concurrency_limit),
-        ("retention_days", retention_days),
-    ):
-        given = value is not UNCHANGED
-        params[f"set_{field}"] = given
-        params[field] = check_limit(field, value) if given else None
-    with db_errors(f"change of the limits of queue {name!r}"):
-        async with conn.transaction():
-            rows = await run_named(conn, "queues_set_limits", params)
-            if not rows[0]["done"]:
-                raise UnknownQueue(name)
-            return await _info(conn, name)
+    return await store.set_limits(conn, check_queue_name(name), _checked(changes))
 
 
-async def list_queues(conn: psycopg.AsyncConnection[Any]) -> list[QueueInfo]:
+async def list_queues(conn: AsyncConn) -> list[QueueInfo]:
     """Return every declared queue, by name, with its open jobs by state."""
-    with db_errors("listing of the queues"):
-        rows = await run_named(conn, "queues_info", {"name": None})
-    return [QueueInfo.from_row(r) for r in rows]
+    return await store.list_all(conn)
 
 
-async def get_queue(conn: psycopg.AsyncConnection[Any], name: str) -> QueueInfo:
+async def get_queue(conn: AsyncConn, name: str) -> QueueInfo:
     """Return one queue; raise UnknownQueue if it is not declared."""
-    check_queue_name(name)
-    with db_errors(f"read of queue {name!r}"):
-        return await _info(conn, name)
+    return await store.get(conn, check_queue_name(name))
 
 
-async def pause_queue(conn: psycopg.AsyncConnection[Any], name: str) -> QueueInfo:
+async def pause_queue(conn: AsyncConn, name: str) -> QueueInfo:
     """Stop claims from the queue (running jobs finish); return it.
 
     Idempotent: pausing a paused queue keeps its first ``paused_at``. Raises UnknownQueue.
     """
-    check_queue_name(name)
-    with db_errors(f"pause of queue {name!r}"):
-        async with conn.transaction():
-            rows = await run_named(conn, "queues_pause", {"name": name})
-            if not rows[0]["done"]:
-                raise UnknownQueue(name)
-            return await _info(conn, name)
+    return await store.pause(conn, check_queue_name(name))
 
 
-async def resume_queue(conn: psycopg.AsyncConnection[Any], name: str) -> QueueInfo:
+async def resume_queue(conn: AsyncConn, name: str) -> QueueInfo:
     """Let daemons claim from the queue again and wake them (NOTIFY at commit); return it.
 
     Idempotent: resuming a queue that is not paused changes nothing (it still wakes
     the daemons). Raises UnknownQueue.
     """
-    check_queue_name(name)
-    with db_errors(f"resume of queue {name!r}"):
-        async with conn.transaction():
-            rows = await run_named(conn, "queues_resume", {"name": name})
-            if not rows[0]["done"]:
-                raise UnknownQueue(name)
-            return await _info(conn, name)
+    return await store.resume(conn, check_queue_name(name))
 
 
-async def drop_queue(conn: psycopg.AsyncConnection[Any], name: str) -> int:
+async def drop_queue(conn: AsyncConn, name: str) -> int:
     """Delete a queue that holds no open job, with its finished jobs; return how many.
 
     One transaction, the queue row locked first: an enqueue that committed before is
@@ -258,11 +162,4 @@ async def drop_queue(conn: psycopg.AsyncConnection[Any], name: str) -> int:
             f"the queue {DEFAULT_QUEUE!r} cannot be dropped: enqueues without a queue use "
             "it; pause it instead"
         )
-    with db_errors(f"drop of queue {name!r}"):
-        rows = await run_named(conn, "queues_drop", {"name": name})
-    row = rows[0]
-    if not row["queue_found"]:
-        raise UnknownQueue(name)
-    if row["open_jobs"]:
-        raise QueueNotEmpty(name, int(row["open_jobs"]))
-    return int(row["deleted_jobs"])
+    return await store.drop(conn, name)

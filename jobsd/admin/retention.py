@@ -34,13 +34,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool
-
 from jobsd.errors import ConfigError
-from jobsd.store.db import db_errors
-from jobsd.store.queries import run_named
+from jobsd.store import retention as store
+from jobsd.store.db import AsyncConn, AsyncPool
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -101,7 +97,7 @@ class PruneReport:
 
 
 async def prune(
-    target: psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any],
+    target: AsyncConn | AsyncPool,
     *,
     spare_types: Iterable[str] = (),
     type_retention: Mapping[str, int] | None = None,
@@ -128,11 +124,8 @@ async def prune(
         raise ConfigError(f"batch size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
     if now is not None and now.tzinfo is None:
         raise ConfigError("now must be timezone-aware")
-    if isinstance(target, AsyncConnectionPool):
-        with db_errors("prune"):
-            async with target.connection() as conn:
-                return await _prune(conn, spared, by_type, dry_run, batch_size, now, full_scan)
-    return await _prune(target, spared, by_type, dry_run, batch_size, now, full_scan)
+    async with store.connection_of(target, "prune") as conn:
+        return await _prune(conn, spared, by_type, dry_run, batch_size, now, full_scan)
 
 
 def _check_types(types: Iterable[str]) -> tuple[str, ...]:
@@ -159,7 +152,7 @@ def _check_type_retention(given: Mapping[str, int]) -> dict[str, int]:
 
 
 async def _prune(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     spared: tuple[str, ...],
     by_type: dict[str, int],
     dry_run: bool,
@@ -167,17 +160,13 @@ async def _prune(
     now: datetime | None,
     full_scan: bool,
 ) -> PruneReport:
-    if conn.info.transaction_status != TransactionStatus.IDLE:
+    if store.in_transaction(conn):
         raise ConfigError("prune commits each batch on its own: call it outside a transaction")
     started = time.perf_counter()
-    with db_errors("prune: reading the retention policies"):
-        rows = await _run(conn, "queues_retention", {"now": now})
-    first = rows[0]
-    _check_role(first, dry_run)
-    clock: datetime = first["now"]
-    by_queue: dict[str, int | None] = {
-        r["name"]: r["retention_days"] for r in rows if r["name"] is not None
-    }
+    policies = await store.read_policies(conn, now)
+    _check_role(policies, dry_run)
+    clock = policies.now
+    by_queue = policies.queues
     # a spared type's retention never applies: leave it out of the cutoffs
     effective_types = {t: d for t, d in by_type.items() if t not in spared}
     queue_cutoffs = {q: _cutoff(clock, d) for q, d in by_queue.items() if d is not None}
@@ -196,26 +185,19 @@ async def _prune(
     for low, high in _id_ranges(newest, clock, full_scan):
         start: uuid.UUID | None = low
         while start is not None:
-            with db_errors("prune: scanning for old jobs"):
-                found = await _run(
-                    conn, "jobs_prune_scan", {**params, "from_id": start, "through_id": high}
-                )
+            batch = await store.scan_batch(conn, params, start, high)
             batches += 1
-            row = found[0]
-            scanned += row["scanned"]
-            ids: list[uuid.UUID] = row["ids"]
-            if ids:
+            scanned += batch.scanned
+            if batch.ids:
                 if dry_run:
-                    counts.update(row["queues"])
+                    counts.update(batch.queues)
                 else:
-                    with db_errors(f"prune: deleting a batch of {len(ids)} jobs"):
-                        gone = await _run(conn, "jobs_prune_delete", {"ids": ids})
-                    counts.update({g["queue"]: g["deleted"] for g in gone})
+                    counts.update(await store.delete_batch(conn, batch.ids))
             log.debug(
                 "retention.batch",
-                extra={"scanned": row["scanned"], "due": len(ids), "dry_run": dry_run},
+                extra={"scanned": batch.scanned, "due": len(batch.ids), "dry_run": dry_run},
             )
-            start = _next_start(row["last_id"], row["scanned"], batch_size, high)
+            start = _next_start(batch.last_id, batch.scanned, batch_size, high)
     report = PruneReport(
         deleted=dict(sorted(counts.items())),
         dry_run=dry_run,
@@ -239,24 +221,14 @@ async def _prune(
     return report
 
 
-async def _run(
-    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Run one statement as its own transaction, on an autocommit connection or not."""
-    if conn.autocommit:
-        return await run_named(conn, name, params)
-    async with conn.transaction():
-        return await run_named(conn, name, params)
-
-
-def _check_role(row: Mapping[str, Any], dry_run: bool) -> None:
-    role = row["role"]
-    if row["rls_active"]:
+def _check_role(policies: store.Policies, dry_run: bool) -> None:
+    role = policies.role
+    if policies.rls_active:
         raise ConfigError(
             f"role {role!r} is subject to row-level security on jobsd.jobs and would see "
             "one org's jobs only: prune as the owner role (jobsd roles create) or a superuser"
         )
-    if not dry_run and not row["may_delete"]:
+    if not dry_run and not policies.may_delete:
         raise ConfigError(
             f"role {role!r} may not delete from jobsd.jobs: "
             "prune as the owner role (jobsd roles create) or a superuser"

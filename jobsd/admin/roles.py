@@ -13,7 +13,8 @@ Four login roles, named ``<prefix>_<kind>``:
 Roles are cluster-wide, grants and policies are per database: ``create_roles`` works
 on the database of its URL, after ``jobsd migrate``, in one transaction, and may be
 run again at any time (after an upgrade, to converge on the current list of grants).
-It needs a superuser. SQL text lives in ``sql/roles/roles.sql``.
+It needs a superuser. SQL text lives in ``sql/roles/roles.sql``, its statements in
+``jobsd.store.roles``; this module decides what to run, in which order, and refuses.
 """
 
 from __future__ import annotations
@@ -21,15 +22,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, LiteralString
-
-import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
 
 from jobsd.errors import ConfigError
-from jobsd.store.db import db_errors
-from jobsd.store.sqlfiles import load_named
+from jobsd.store.roles import RoleStatements, roles_session
 
 __all__ = [
     "ROLE_KINDS",
@@ -50,7 +45,6 @@ _FORBIDDEN = {
     "rolreplication": "REPLICATION",
     "rolbypassrls": "BYPASSRLS",
 }
-_OWNABLE = frozenset({"SCHEMA", "TABLE", "VIEW", "MATERIALIZED VIEW", "SEQUENCE", "ROUTINE"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,26 +84,6 @@ class RolesReport:
     """objects whose ownership moved to the owner role, e.g. ``TABLE jobsd.jobs``"""
 
 
-def _text(name: str) -> LiteralString:
-    # The text comes from our own shipped files, never from input.
-    return load_named("roles")[name]
-
-
-def _block(name: str, **names: sql.Composable) -> sql.Composed:
-    """Return a block with its ``{placeholders}`` filled in."""
-    return sql.SQL(_text(name)).format(**names)
-
-
-def _rows(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_text(name), params)
-        return cur.fetchall() if cur.description else []
-
-
-def _identifiers(names: RoleNames) -> dict[str, sql.Composable]:
-    return {kind: sql.Identifier(name) for kind, name in names.by_kind().items()}
-
-
 def create_roles(
     url: str, *, prefix: str = "jobsd", passwords: Mapping[str, str] | None = None
 ) -> RolesReport:
@@ -125,45 +99,43 @@ def create_roles(
     unknown = sorted(set(passwords) - set(ROLE_KINDS))
     if unknown:
         raise ConfigError(f"unknown role kind {unknown[0]!r} (use {', '.join(ROLE_KINDS)})")
-    with (
-        db_errors("roles create"),
-        psycopg.connect(url, autocommit=True) as conn,
-        conn.transaction(),
-    ):
-        return _create(conn, names, passwords)
+    with roles_session(url, "roles create") as db:
+        return _create(db, names, passwords)
 
 
-def _create(
-    conn: psycopg.Connection[Any], names: RoleNames, passwords: Mapping[str, str]
-) -> RolesReport:
-    _rows(conn, "roles_lock", {})
-    report = RolesReport(names, _check_runner(conn))
-    state = _rows(conn, "roles_schema_state", {})[0]
+def _create(db: RoleStatements, names: RoleNames, passwords: Mapping[str, str]) -> RolesReport:
+    db.lock()
+    report = RolesReport(names, _check_runner(db))
+    state = db.schema_state()
     if not state["migrated"] or not state["rls"]:
         raise ConfigError(
             f"schema jobsd in database {report.database!r} is not migrated: "
             "run `jobsd migrate` first"
         )
-    _ensure_roles(conn, names, report)
+    _ensure_roles(db, names, report)
     for kind, password in passwords.items():
-        _set_password(conn, getattr(names, kind), password)
-        report.passwords_set.append(getattr(names, kind))
-    ids = _identifiers(names)
-    conn.execute(_block("roles_grant_database", database=sql.Identifier(report.database), **ids))
-    _adopt(conn, names.owner, report)
-    conn.execute(_block("roles_grant_tables", **ids))
-    conn.execute(_block("roles_grant_functions", **ids))
+        role = getattr(names, kind)
+        if not password:
+            raise ConfigError(f"empty password for role {role!r}")
+        db.set_password(role, password)
+        report.passwords_set.append(role)
+    by_kind = names.by_kind()
+    db.grant_database(report.database, by_kind)
+    for row in db.foreign_objects(names.owner):  # the owner runs later migrations
+        db.set_owner(str(row["kind"]), row["target"], names.owner)
+        report.adopted.append(f"{row['kind']} {row['target']}")
+    db.grant_tables(by_kind)
+    db.grant_functions(by_kind)
     if state["has_api_tokens"]:
-        conn.execute(_block("roles_grant_api_tokens", **ids))
-    conn.execute(_block("roles_default_privileges", **ids))
-    policy = sql.Identifier(f"{names.worker}_all_orgs")
-    conn.execute(_block("roles_policies", policy=policy, **ids))
+        db.grant_api_tokens(by_kind)
+    db.default_privileges(by_kind)
+    db.policies(by_kind, f"{names.worker}_all_orgs")
     return report
 
 
-def _check_runner(conn: psycopg.Connection[Any]) -> str:
+def _check_runner(db: RoleStatements) -> str:
     """Return the database name; refuse a runner that cannot grant everything."""
-    runner = _rows(conn, "roles_runner", {})[0]
+    runner = db.runner()
     if not runner["rolsuper"]:
         raise ConfigError(
             "jobsd roles create must run as a superuser (it creates roles, moves the "
@@ -173,15 +145,12 @@ def _check_runner(conn: psycopg.Connection[Any]) -> str:
     return str(runner["database"])
 
 
-def _ensure_roles(conn: psycopg.Connection[Any], names: RoleNames, report: RolesReport) -> None:
-    existing = {
-        row["rolname"]: row
-        for row in _rows(conn, "roles_existing", {"names": list(names.by_kind().values())})
-    }
+def _ensure_roles(db: RoleStatements, names: RoleNames, report: RolesReport) -> None:
+    existing = db.existing(list(names.by_kind().values()))
     for name in names.by_kind().values():
         row = existing.get(name)
         if row is None:
-            conn.execute(_block("roles_create", role=sql.Identifier(name)))
+            db.create_role(name)
             report.created.append(name)
             continue
         powers = [label for column, label in _FORBIDDEN.items() if row[column]]
@@ -191,40 +160,8 @@ def _ensure_roles(conn: psycopg.Connection[Any], names: RoleNames, report: Roles
                 "not have it; remove it (ALTER ROLE ... NO...) or choose another --prefix"
             )
         if not row["rolcanlogin"]:
-            conn.execute(_block("roles_login", role=sql.Identifier(name)))
+            db.allow_login(name)
         report.existing.append(name)
-
-
-def _set_password(conn: psycopg.Connection[Any], role: str, password: str) -> None:
-    if not password:
-        raise ConfigError(f"empty password for role {role!r}")
-    verifier = conn.pgconn.encrypt_password(
-        password.encode("utf-8"), role.encode("utf-8"), b"scram-sha-256"
-    )
-    conn.execute(
-        _block(
-            "roles_set_password",
-            role=sql.Identifier(role),
-            password=sql.Literal(verifier.decode("ascii")),
-        )
-    )
-
-
-def _adopt(conn: psycopg.Connection[Any], owner: str, report: RolesReport) -> None:
-    """Make the owner role own schema jobsd and its objects (it runs later migrations)."""
-    for row in _rows(conn, "roles_foreign_objects", {"owner": owner}):
-        kind = str(row["kind"])
-        if kind not in _OWNABLE:
-            raise ConfigError(f"unexpected object kind {kind!r} in schema jobsd")
-        # kind is one of ours; target was quoted by Postgres itself (regclass, regprocedure)
-        conn.execute(
-            sql.SQL("ALTER {} {} OWNER TO {}").format(
-                sql.SQL(kind),
-                sql.SQL(row["target"]),
-                sql.Identifier(owner),
-            )
-        )
-        report.adopted.append(f"{kind} {row['target']}")
 
 
 def drop_roles(url: str, *, prefix: str) -> None:
@@ -234,17 +171,13 @@ def drop_roles(url: str, *, prefix: str) -> None:
     Postgres refuses and says where.
     """
     names = RoleNames.for_prefix(prefix)
-    with (
-        db_errors("roles drop"),
-        psycopg.connect(url, autocommit=True) as conn,
-        conn.transaction(),
-    ):
-        _check_runner(conn)
-        present = _rows(conn, "roles_existing", {"names": list(names.by_kind().values())})
-        for row in present:
-            conn.execute(_block("roles_drop_owned", role=sql.Identifier(row["rolname"])))
-        for row in present:
-            conn.execute(_block("roles_drop", role=sql.Identifier(row["rolname"])))
+    with roles_session(url, "roles drop") as db:
+        _check_runner(db)
+        present = list(db.existing(list(names.by_kind().values())))
+        for role in present:
+            db.drop_owned(role)
+        for role in present:
+            db.drop_role(role)
 
 
 def check_sees_all_orgs(url: str) -> None:
@@ -253,10 +186,9 @@ def check_sees_all_orgs(url: str) -> None:
     For the daemon's start: a worker subject to row-level security without the
     all-orgs policy would find no job to claim and idle without a word.
     """
-    with db_errors("role check"), psycopg.connect(url, autocommit=True) as conn:
-        row = _rows(conn, "roles_sees_all_orgs", {})[0]
-        user = conn.info.user
-    if not row["sees_all"]:
+    with roles_session(url, "role check") as db:
+        sees_all, user = db.sees_all_orgs(), db.user
+    if not sees_all:
         raise ConfigError(
             f"database role {user!r} sees only the jobs of the org in jobsd.org_id "
             "(row-level security): run the daemon as the worker role made by "

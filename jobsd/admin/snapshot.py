@@ -26,13 +26,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import psycopg
-from psycopg.rows import dict_row
-
 from jobsd.errors import ConfigError, MigrationError
 from jobsd.models import OPEN_STATES
-from jobsd.store.db import db_errors
-from jobsd.store.queries import run_named_sync, sql_text
+from jobsd.store import snapshot as store
 
 __all__ = [
     "CONTRACT",
@@ -49,8 +45,6 @@ CONTRACT = "jobsd.snapshot.v1"
 SCHEMA_VERSION_NEEDED = 8
 """The migration that added the columns a snapshot reads (0008_flow_control)."""
 
-_FETCH_ROWS = 2000  # jobs per round trip of the server-side cursor
-
 
 @dataclass(frozen=True, slots=True)
 class SnapshotSummary:
@@ -65,7 +59,7 @@ class SnapshotSummary:
 class _View:
     """The open read transaction, with the small parts of the snapshot already read."""
 
-    conn: psycopg.Connection[Any]
+    reader: store.SnapshotReader
     header: dict[str, Any]
     queues: list[dict[str, Any]]
 
@@ -107,41 +101,35 @@ def write_snapshot_file(url: str, path: Path) -> SnapshotSummary:
 @contextmanager
 def _consistent_view(url: str) -> Iterator[_View]:
     """Open the read-only REPEATABLE READ transaction and read the header and queues."""
-    with (
-        db_errors("export"),
-        psycopg.connect(url, row_factory=dict_row, application_name="jobsd-export") as conn,
-    ):
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
-        with conn.transaction():
-            meta = run_named_sync(conn, "snapshot_meta", {})[0]
-            if not meta["migrated"]:
-                raise MigrationError(
-                    f"database {meta['database_name']!r} has no jobsd schema: run `jobsd migrate`"
-                )
-            schema = run_named_sync(conn, "snapshot_schema", {})[0]
-            version = schema["schema_version"] or 0
-            if version < SCHEMA_VERSION_NEEDED:
-                raise MigrationError(
-                    f"database schema is at version {version}, export needs "
-                    f"{SCHEMA_VERSION_NEEDED}: run `jobsd migrate`"
-                )
-            if not schema["sees_all_orgs"]:
-                raise ConfigError(
-                    f"database role {conn.info.user!r} sees only the jobs of the org in "
-                    "jobsd.org_id (row-level security): export as the owner role or a superuser"
-                )
-            header = {
-                "contract": CONTRACT,
-                "generated_at": _iso(meta["generated_at"]),
-                "database": {
-                    "name": meta["database_name"],
-                    "server_version": meta["server_version"],
-                    "schema_version": schema["schema_version"],
-                },
-            }
-            queues = [_queue(row) for row in run_named_sync(conn, "snapshot_queues", {})]
-            yield _View(conn, header, queues)
+    with store.consistent_view(url) as reader:
+        meta = reader.meta()
+        if not meta["migrated"]:
+            raise MigrationError(
+                f"database {meta['database_name']!r} has no jobsd schema: run `jobsd migrate`"
+            )
+        schema = reader.schema()
+        version = schema["schema_version"] or 0
+        if version < SCHEMA_VERSION_NEEDED:
+            raise MigrationError(
+                f"database schema is at version {version}, export needs "
+                f"{SCHEMA_VERSION_NEEDED}: run `jobsd migrate`"
+            )
+        if not schema["sees_all_orgs"]:
+            raise ConfigError(
+                f"database role {reader.user!r} sees only the jobs of the org in "
+                "jobsd.org_id (row-level security): export as the owner role or a superuser"
+            )
+        header = {
+            "contract": CONTRACT,
+            "generated_at": _iso(meta["generated_at"]),
+            "database": {
+                "name": meta["database_name"],
+                "server_version": meta["server_version"],
+                "schema_version": schema["schema_version"],
+            },
+        }
+        queues = [_queue(row) for row in reader.queues()]
+        yield _View(reader, header, queues)
 
 
 def _queue(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,12 +155,9 @@ def _write(view: _View, out: BinaryIO) -> SnapshotSummary:
         out.write(f"{',' if i else ''}\n    {_dump(queue)}".encode())
     out.write(b'\n  ],\n  "jobs": [')
     count = 0
-    with view.conn.cursor(name="jobsd_snapshot_jobs", row_factory=dict_row) as cur:
-        cur.itersize = _FETCH_ROWS
-        cur.execute(sql_text("snapshot_jobs"))
-        for row in cur:
-            out.write(f"{',' if count else ''}\n    {_job_line(row)}".encode())
-            count += 1
+    for row in view.reader.jobs():
+        out.write(f"{',' if count else ''}\n    {_job_line(row)}".encode())
+        count += 1
     out.write(b"\n  ]\n}\n")
     return SnapshotSummary(
         generated_at=datetime.fromisoformat(view.header["generated_at"]),

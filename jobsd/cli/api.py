@@ -24,12 +24,12 @@ def api(addr: str) -> None:
     from jobsd.http.server import run_api
     from jobsd.http.settings import HttpSettings
     from jobsd.logs import setup_logging
-    from jobsd.security import require_secure_connection
     from jobsd.settings import Settings
+    from jobsd.store.connect import check_url
 
     settings = Settings()
     url = require_url(settings)
     http = HttpSettings(http_addr=addr)
     setup_logging(settings.log_level, settings.log_format)
-    require_secure_connection(url)
+    check_url(url)  # a refusal is the first word, before the server starts
     run_api(settings, http)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.common import load_settings, require_url, run_async
 from jobsd.cli.errors import fail, friendly_errors
 
 __all__ = ["cancel"]
@@ -17,11 +17,7 @@ def cancel(job_id: str) -> None:
     """Cancel a job: at once when it has not started, by request when it is running."""
     import uuid
 
-    import anyio
-    import psycopg
-
     from jobsd.store import queries
-    from jobsd.store.db import db_errors
 
     try:
         parsed = uuid.UUID(job_id)
@@ -29,14 +25,12 @@ def cancel(job_id: str) -> None:
         fail(f"{job_id!r} is not a job id (a UUID)")
     url = require_url(load_settings())
 
-    async def apply() -> queries.CancelOutcome:
-        with db_errors(f"cancel of job {parsed}"):
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                return await queries.cancel_job(
-                    conn, parsed, actor="cli", reason="cancelled by operator"
-                )
-
-    done = anyio.run(apply)
+    done = run_async(
+        url,
+        f"cancel of job {parsed}",
+        lambda conn: queries.cancel_job(conn, parsed, actor="cli", reason="cancelled by operator"),
+        command="cancel",
+    )
     if done.job is None:
         fail(f"job {parsed} not found")
     match done.action:

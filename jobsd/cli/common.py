@@ -1,13 +1,26 @@
-"""What every ``jobsd`` command shares: settings with command-line overrides, the URL."""
+"""What every ``jobsd`` command shares: settings, the URL, and one connect-and-run helper.
+
+Every command that connects goes through ``jobsd.store.connect`` (here, or inside the
+client, the migrations, the snapshot or the roles it calls): plaintext TCP is refused
+unless ``JOBSD_ALLOW_INSECURE`` is set, for every command alike.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
 
 from jobsd.errors import ConfigError
 from jobsd.settings import Settings
 
-__all__ = ["load_settings", "require_url"]
+if TYPE_CHECKING:
+    from jobsd.store.db import AsyncConn
+
+__all__ = ["given_url", "load_settings", "require_url", "run_async", "warn_if_insecure"]
+
+T = TypeVar("T")
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -20,3 +33,44 @@ def require_url(settings: Settings) -> str:
     if not settings.database_url:
         raise ConfigError("no database configured: set JOBSD_DATABASE_URL (or use `jobsd dev`)")
     return settings.database_url
+
+
+def given_url(database_url: str | None) -> str:
+    """Return ``--database-url`` (its default is JOBSD_DATABASE_URL), or raise ConfigError."""
+    if not database_url:
+        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
+    return database_url
+
+
+def warn_if_insecure(url: str) -> None:
+    """Apply the TLS policy now: raise ConfigError, or print a warning line when allowed.
+
+    For the operator commands (queue, roles, prune, export), which say so on stderr.
+    """
+    from jobsd.store.connect import check_url
+
+    insecure = check_url(url)
+    if insecure is not None:
+        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
+
+
+def run_async(
+    url: str, operation: str, work: Callable[[AsyncConn], Awaitable[T]], *, command: str
+) -> T:
+    """Open one connection (``jobsd-<command>``), run ``work(conn)`` once, close it.
+
+    ``conn`` is an autocommit async connection; ``work`` (store functions) opens its
+    own transaction where it needs one. Failing to connect is BackendUnavailable
+    naming ``operation``.
+    """
+    import anyio
+
+    from jobsd.store.connect import connect_async
+
+    async def apply() -> T:
+        async with connect_async(
+            url, application_name=f"jobsd-{command}", operation=operation
+        ) as conn:
+            return await work(conn)
+
+    return anyio.run(apply)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import click
 
 from jobsd.cli.common import load_settings, require_url
 from jobsd.cli.errors import fail, friendly_errors
+from jobsd.jobspec import EnqueueOptions
 from jobsd.models import Job
 
 __all__ = ["EXIT_JOB_FAILED", "enqueue"]
@@ -46,17 +46,7 @@ EXIT_JOB_FAILED = 3
 @click.option("--wait", is_flag=True, help="Follow the job to its end; exit 3 unless it succeeded.")
 @friendly_errors
 def enqueue(
-    type: str,
-    org_id: str,
-    payload: str,
-    queue: str,
-    dedup_key: str | None,
-    run_after: datetime | None,
-    job_id: str | None,
-    priority: int,
-    concurrency_key: str | None,
-    depends_on: tuple[str, ...],
-    wait: bool,
+    type: str, org_id: str, payload: str, wait: bool, **options: Unpack[EnqueueOptions]
 ) -> None:
     """Enqueue a job and print its id alone on stdout."""
     from datetime import UTC
@@ -67,24 +57,14 @@ def enqueue(
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
         fail(f"--payload is not valid JSON: {exc}")
+    run_after = options.get("run_after")
     if run_after is not None and run_after.tzinfo is None:
-        run_after = run_after.replace(tzinfo=UTC)
+        options["run_after"] = run_after.replace(tzinfo=UTC)
     settings = load_settings()
     require_url(settings)
     with SyncClient(settings=settings) as client:
         try:
-            job = client.enqueue(
-                type,
-                data,
-                org_id=org_id,
-                queue=queue,
-                dedup_key=dedup_key,
-                run_after=run_after,
-                job_id=job_id,
-                priority=priority,
-                concurrency_key=concurrency_key,
-                depends_on=depends_on,
-            )
+            job = client.enqueue(type, data, org_id=org_id, **options)
         except ValueError as exc:  # bad arguments, e.g. a job depending on itself
             fail(str(exc))
         click.echo(str(job.id))

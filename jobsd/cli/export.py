@@ -1,6 +1,6 @@
 """The ``jobsd export`` command: a JSON snapshot of the queues and open jobs.
 
-``jobsd.cli`` attaches it with ``register(main)``. Errors are one line on stderr
+Errors are one line on stderr
 (``jobsd: error: ...``) and exit status 1, like every jobsd command.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
+from jobsd.cli.common import given_url, warn_if_insecure
 from jobsd.cli.errors import fail, friendly_errors
-from jobsd.errors import ConfigError
 
 __all__ = ["export"]
 
@@ -48,15 +48,9 @@ def export(out: Path | None, check_path: Path | None, database_url: str | None) 
         return
 
     from jobsd.admin.snapshot import write_snapshot, write_snapshot_file
-    from jobsd.security import require_secure_connection
-    from jobsd.settings import Settings
 
-    url = database_url or Settings().database_url
-    if not url:
-        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
-    insecure = require_secure_connection(url)
-    if insecure is not None:
-        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
+    url = given_url(database_url)
+    warn_if_insecure(url)
     if out is None:
         try:
             write_snapshot(url, sys.stdout.buffer)

@@ -1,6 +1,6 @@
 """The ``jobsd prune`` command: delete terminal jobs older than their retention policy.
 
-``jobsd.cli`` attaches it with ``register(main)``. Errors are one line on stderr
+Errors are one line on stderr
 (``jobsd: error: ...``) and exit status 1, like every jobsd command; bad input is
 refused before anything is read or deleted.
 """
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from jobsd.cli.common import given_url, run_async, warn_if_insecure
 from jobsd.cli.errors import friendly_errors
 from jobsd.errors import ConfigError
 
@@ -106,40 +107,28 @@ def prune(
     NAME --retention DAYS`); else the job is kept forever. Safe to repeat and to run
     while daemons work.
     """
-    import anyio
-    import psycopg
-
     from jobsd.admin.retention import prune as run_prune
-    from jobsd.security import require_secure_connection
-    from jobsd.store.db import db_errors
 
     for name in spare_types:
         if not name.strip():
             raise ConfigError("--spare-type needs a type name")
     policies = parse_type_retention(type_retention)
     size = parse_batch_size(batch_size)
-    if not database_url:
-        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
-    insecure = require_secure_connection(database_url)
-    if insecure is not None:
-        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
-    url = database_url
-
-    async def apply() -> PruneReport:
-        with db_errors("prune"):
-            async with await psycopg.AsyncConnection.connect(
-                url, autocommit=True, application_name="jobsd-prune"
-            ) as conn:
-                return await run_prune(
-                    conn,
-                    spare_types=[s.strip() for s in spare_types],
-                    type_retention=policies,
-                    dry_run=dry_run,
-                    batch_size=size,
-                    full_scan=full_scan,
-                )
-
-    report = anyio.run(apply)
+    url = given_url(database_url)
+    warn_if_insecure(url)
+    report = run_async(
+        url,
+        "prune",
+        lambda conn: run_prune(
+            conn,
+            spare_types=[s.strip() for s in spare_types],
+            type_retention=policies,
+            dry_run=dry_run,
+            batch_size=size,
+            full_scan=full_scan,
+        ),
+        command="prune",
+    )
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -1,10 +1,10 @@
 """The ``jobsd queue`` commands: create, list, set, pause, resume and drop queues.
 
-``jobsd.cli`` attaches them with ``register(main)``. They connect like ``jobsd roles``:
-``--database-url`` or ``JOBSD_DATABASE_URL``, refused over plaintext TCP unless
-``JOBSD_ALLOW_INSECURE`` is set (then a warning line). Errors are one line on stderr
-(``jobsd: error: ...``) and exit status 1, like every jobsd command. The work itself
-is ``jobsd.admin.queues``; semantics in docs/queues.md.
+They connect like ``jobsd roles``: ``--database-url`` or ``JOBSD_DATABASE_URL``,
+refused over plaintext TCP unless ``JOBSD_ALLOW_INSECURE`` is set (then a warning
+line). Errors are one line on stderr (``jobsd: error: ...``) and exit status 1, like
+every jobsd command. The work itself is ``jobsd.admin.queues``; semantics in
+docs/queues.md.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from jobsd.cli.common import given_url, run_async, warn_if_insecure
 from jobsd.cli.errors import fail, friendly_errors
-from jobsd.errors import ConfigError, UnknownQueue
+from jobsd.errors import UnknownQueue
 
 if TYPE_CHECKING:
     from jobsd.admin.queues import QueueInfo
@@ -74,31 +75,22 @@ def _run(database_url: str | None, operation: str, work: Callable[[Any], Awaitab
     ``conn`` is an autocommit async connection; ``work`` opens its own transaction
     where it needs one (``jobsd.admin.queues`` does).
     """
-    import anyio
-    import psycopg
-
-    from jobsd.security import require_secure_connection
-    from jobsd.store.db import db_errors
-
-    if not database_url:
-        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
-    insecure = require_secure_connection(database_url)
-    if insecure is not None:
-        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
-
-    async def apply() -> T:
-        with db_errors(operation):
-            async with await psycopg.AsyncConnection.connect(
-                database_url, autocommit=True, application_name="jobsd-queue"
-            ) as conn:
-                return await work(conn)
-
+    url = given_url(database_url)
+    warn_if_insecure(url)
     try:
-        return anyio.run(apply)
+        return run_async(url, operation, work, command="queue")
     except UnknownQueue as exc:
         fail(f"unknown queue {exc.queue!r} (see `jobsd queue list`)")
     except ValueError as exc:  # e.g. dropping 'default'
         fail(str(exc))
+
+
+def _change(
+    database_url: str | None, verb: str, name: str, change: Callable[[Any, str], Awaitable[T]]
+) -> T:
+    """Check the name, then run ``change(conn, name)`` (the ``verb`` of queue NAME)."""
+    _check_name(name)
+    return _run(database_url, f"{verb} of queue {name!r}", lambda conn: change(conn, name))
 
 
 def _limits(info: QueueInfo) -> list[str]:
@@ -178,18 +170,20 @@ def queue_set(
     A capacity below the queue's open jobs is accepted: enqueues are refused until
     fewer jobs than the capacity are open.
     """
-    from jobsd.admin.queues import UNCHANGED, set_queue_limits
+    from jobsd.admin.queues import set_queue_limits
 
     _check_name(name)
     if capacity is None and concurrency_limit is None and retention is None:
         fail("nothing to change: give --capacity, --concurrency-limit and/or --retention")
-    changes: dict[str, Any] = {}
-    for flag, field, text in (
-        ("--capacity", "capacity", capacity),
-        ("--concurrency-limit", "concurrency_limit", concurrency_limit),
-        ("--retention", "retention_days", retention),
-    ):
-        changes[field] = UNCHANGED if text is None else _parse_limit(flag, field, text)
+    changes: dict[str, Any] = {
+        field: _parse_limit(flag, field, text)
+        for flag, field, text in (
+            ("--capacity", "capacity", capacity),
+            ("--concurrency-limit", "concurrency_limit", concurrency_limit),
+            ("--retention", "retention_days", retention),
+        )
+        if text is not None
+    }
     info = _run(
         database_url,
         f"change of the limits of queue {name!r}",
@@ -226,39 +220,38 @@ def queue_list(as_json: bool, database_url: str | None) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-@queue.command("pause")
-@click.argument("name")
-@_database_url_option
-@friendly_errors
+def _on_named_queue(verb: str) -> Callable[[Callable[[str, str | None], None]], click.Command]:
+    """Declare ``jobsd queue <verb> NAME [--database-url URL]``."""
+
+    def declare(func: Callable[[str, str | None], None]) -> click.Command:
+        command = friendly_errors(func)
+        return queue.command(verb)(click.argument("name")(_database_url_option(command)))
+
+    return declare
+
+
+@_on_named_queue("pause")
 def queue_pause(name: str, database_url: str | None) -> None:
     """Stop claims from queue NAME at once; running jobs finish. Idempotent."""
     from jobsd.admin.queues import pause_queue
 
-    _check_name(name)
-    info = _run(database_url, f"pause of queue {name!r}", lambda conn: pause_queue(conn, name))
+    info = _change(database_url, "pause", name, pause_queue)
     assert info.paused_at is not None
     since = info.paused_at.isoformat(timespec="seconds")
     click.echo(f"queue {info.name!r} paused since {since}: no new claims; running jobs finish")
 
 
-@queue.command("resume")
-@click.argument("name")
-@_database_url_option
-@friendly_errors
+@_on_named_queue("resume")
 def queue_resume(name: str, database_url: str | None) -> None:
     """Let daemons claim from queue NAME again, and wake them now. Idempotent."""
     from jobsd.admin.queues import resume_queue
 
-    _check_name(name)
-    info = _run(database_url, f"resume of queue {name!r}", lambda conn: resume_queue(conn, name))
+    info = _change(database_url, "resume", name, resume_queue)
     jobs = "job" if info.queued == 1 else "jobs"
     click.echo(f"queue {info.name!r} resumed: {info.queued} queued {jobs} to claim")
 
 
-@queue.command("drop")
-@click.argument("name")
-@_database_url_option
-@friendly_errors
+@_on_named_queue("drop")
 def queue_drop(name: str, database_url: str | None) -> None:
     """Delete queue NAME and its finished jobs; refused while it holds open jobs.
 
@@ -266,7 +259,6 @@ def queue_drop(name: str, database_url: str | None) -> None:
     """
     from jobsd.admin.queues import drop_queue
 
-    _check_name(name)
-    deleted = _run(database_url, f"drop of queue {name!r}", lambda conn: drop_queue(conn, name))
+    deleted = _change(database_url, "drop", name, drop_queue)
     jobs = "job" if deleted == 1 else "jobs"
     click.echo(f"queue {name!r} dropped, with its {deleted} finished {jobs}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.common import load_settings, require_url, run_async
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.models import Job
 
@@ -21,11 +21,8 @@ def resolve(job_id: str, outcome: str | None) -> None:
     """Settle a recovery_required job (its outcome was unknown); recorded in its history."""
     import uuid
 
-    import anyio
-    import psycopg
-
     from jobsd.store import queries
-    from jobsd.store.db import db_errors
+    from jobsd.store.db import AsyncConn
 
     if outcome is None:
         fail("say how: --succeeded, --failed or --requeue")
@@ -35,20 +32,18 @@ def resolve(job_id: str, outcome: str | None) -> None:
         fail(f"{job_id!r} is not a job id (a UUID)")
     url = require_url(load_settings())
 
-    async def apply() -> tuple[Job | None, Job | None]:
-        with db_errors(f"resolve of job {parsed}"):
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                written = await queries.resolve_job(
-                    conn,
-                    parsed,
-                    status=outcome,
-                    reason="resolved by operator",
-                    actor="cli",
-                    error="resolved as failed by an operator" if outcome == "failed" else None,
-                )
-                return written, await queries.get_job(conn, parsed)
+    async def apply(conn: AsyncConn) -> tuple[Job | None, Job | None]:
+        written = await queries.resolve_job(
+            conn,
+            parsed,
+            status=outcome,
+            reason="resolved by operator",
+            actor="cli",
+            error="resolved as failed by an operator" if outcome == "failed" else None,
+        )
+        return written, await queries.get_job(conn, parsed)
 
-    written, job = anyio.run(apply)
+    written, job = run_async(url, f"resolve of job {parsed}", apply, command="resolve")
     if job is None:
         fail(f"job {parsed} not found")
     if written is None:

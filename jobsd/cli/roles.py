@@ -1,6 +1,6 @@
 """The ``jobsd roles`` commands: create the least-privilege roles on a database.
 
-``jobsd.cli`` attaches them with ``register(main)``. Errors are one line on stderr
+Errors are one line on stderr
 (``jobsd: error: ...``) and exit status 1, like every jobsd command.
 """
 
@@ -10,6 +10,7 @@ import os
 
 import click
 
+from jobsd.cli.common import given_url, warn_if_insecure
 from jobsd.cli.errors import friendly_errors
 from jobsd.errors import ConfigError
 
@@ -68,15 +69,11 @@ def roles_create(prefix: str, password_env: tuple[str, ...], database_url: str |
     Run it as a superuser after `jobsd migrate`, and again after every upgrade.
     """
     from jobsd.admin.roles import create_roles
-    from jobsd.security import require_secure_connection
 
     passwords = _passwords(password_env)
-    if not database_url:
-        raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
-    insecure = require_secure_connection(database_url)
-    if insecure is not None:
-        click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
-    report = create_roles(database_url, prefix=prefix, passwords=passwords)
+    url = given_url(database_url)
+    warn_if_insecure(url)
+    report = create_roles(url, prefix=prefix, passwords=passwords)
     for name in report.created:
         click.echo(f"created role {name}")
     for name in report.existing:

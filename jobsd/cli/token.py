@@ -7,9 +7,9 @@ import json
 import click
 
 from jobsd.cli.common import load_settings, require_url
-from jobsd.cli.errors import fail, friendly_errors
 
 __all__ = ["token"]
+from jobsd.cli.errors import fail, friendly_errors
 
 
 @click.group()
@@ -28,15 +28,13 @@ def token() -> None:
 @friendly_errors
 def token_create(org_id: str, name: str | None, admin: bool) -> None:
     """Make a token and print it alone on stdout, once: only its hash is stored."""
-    import psycopg
-
     from jobsd.http.tokens import create_token
-    from jobsd.store.db import db_errors
+    from jobsd.store.connect import connect
 
     if not org_id.strip():
         fail("--org must not be empty")
     url = require_url(load_settings())
-    with db_errors("token creation"), psycopg.connect(url, autocommit=True) as conn:
+    with connect(url, application_name="jobsd-token", operation="token creation") as conn:
         secret, info = create_token(conn, org_id, name, admin=admin)
     click.echo(secret)
     kind = "admin token" if info.admin else "token"
@@ -48,13 +46,11 @@ def token_create(org_id: str, name: str | None, admin: bool) -> None:
 @friendly_errors
 def token_revoke(token_or_id: str) -> None:
     """Revoke a token, given by its id (see `jobsd token list`) or by the token itself."""
-    import psycopg
-
     from jobsd.http.tokens import revoke_token
-    from jobsd.store.db import db_errors
+    from jobsd.store.connect import connect
 
     url = require_url(load_settings())
-    with db_errors("token revocation"), psycopg.connect(url, autocommit=True) as conn:
+    with connect(url, application_name="jobsd-token", operation="token revocation") as conn:
         info = revoke_token(conn, token_or_id.strip())
     if info is None:
         fail("no such token")
@@ -67,13 +63,11 @@ def token_revoke(token_or_id: str) -> None:
 @friendly_errors
 def token_list(org_id: str | None, as_json: bool) -> None:
     """List tokens (id, org, name, first characters, created, revoked, admin); never secrets."""
-    import psycopg
-
     from jobsd.http.tokens import list_tokens
-    from jobsd.store.db import db_errors
+    from jobsd.store.connect import connect
 
     url = require_url(load_settings())
-    with db_errors("token listing"), psycopg.connect(url, autocommit=True) as conn:
+    with connect(url, application_name="jobsd-token", operation="token listing") as conn:
         infos = list_tokens(conn, org_id)
     for info in infos:
         if as_json:

@@ -12,10 +12,7 @@ e.g. an engine URL ``postgresql+psycopg://...``.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 from sqlalchemy import (
@@ -37,10 +34,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Session
 
-from jobsd.client import JobSpec, run_enqueue_sync
 from jobsd.errors import ConfigError
+from jobsd.jobspec import EnqueueOptions, JobSpec
 from jobsd.models import Job, JobStatus
 from jobsd.settings import Settings
+from jobsd.store.enqueue import enqueue_sync
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "enqueue", "job_events", "jobs", "metadata", "queues"]
 
@@ -163,36 +161,20 @@ def enqueue(
     payload: dict[str, Any] | None = None,
     *,
     org_id: str,
-    queue: str = "default",
-    dedup_key: str | None = None,
-    run_after: datetime | None = None,
-    job_id: uuid.UUID | str | None = None,
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
-    priority: int = 0,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[uuid.UUID | str] = (),
+    **options: Unpack[EnqueueOptions],
 ) -> Job:
     """Create a job in the Session's transaction; return it, or the existing one on a hit.
 
-    Nothing is committed here: the job exists when the Session commits and is gone if
-    it rolls back. Raises ConfigError when the Session's driver is not psycopg (v3),
-    and otherwise what ``Client.enqueue`` raises.
+    ``options`` are those of ``jobsd.client.EnqueueOptions``. Nothing is committed
+    here: the job exists when the Session commits and is gone if it rolls back.
+    Raises ConfigError when the Session's driver is not psycopg (v3), and otherwise
+    what ``Client.enqueue`` raises.
     """
     spec = JobSpec.build(
-        type,
-        payload,
-        org_id=org_id,
-        queue=queue,
-        dedup_key=dedup_key,
-        run_after=run_after,
-        job_id=job_id,
-        max_payload_bytes=max_payload_bytes,
-        priority=priority,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
+        type, payload, org_id=org_id, max_payload_bytes=max_payload_bytes, **options
     )
-    raw = _psycopg_connection(session)
-    return run_enqueue_sync(raw, spec, f"enqueue of {type!r} into queue {queue!r}")
+    return enqueue_sync(_psycopg_connection(session), spec)
 
 
 def _psycopg_connection(session: Session) -> psycopg.Connection[Any]:

@@ -34,7 +34,7 @@ def run_dev(*, slots: int | None = None) -> None:
     """Start (or reuse) a database, migrate it, and run a daemon until SIGTERM/SIGINT."""
     from jobsd.dev.embedded import EmbeddedPostgres
     from jobsd.logs import setup_logging
-    from jobsd.security import require_secure_connection
+    from jobsd.store.connect import check_url, trust_local_cluster
     from jobsd.store.migrate import migrate_sync
     from jobsd.worker.supervisor import run_daemon
 
@@ -50,10 +50,10 @@ def run_dev(*, slots: int | None = None) -> None:
         cluster = EmbeddedPostgres()
         cluster.start()
         url = cluster.url()
+        trust_local_cluster(url)  # local (127.0.0.1) and throwaway: no TLS asked for
     try:
         setup_logging(settings.log_level, settings.log_format)
-        if cluster is None:  # the embedded cluster is local and throwaway: no check
-            require_secure_connection(url)
+        check_url(url)
         migrate_sync(url)
         settings = settings.model_copy(
             update={"database_url": url, "handlers": handlers, "slots": slots or settings.slots}

@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from jobsd.http import tokens
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import problem, store_errors
+from jobsd.store.tokens import find_token
 
 __all__ = ["TOKEN_ID_STATE", "bearer_admin", "bearer_org"]
 
@@ -41,7 +42,7 @@ def _resolver(backend: ApiBackend) -> Callable[..., Awaitable[tokens.TokenGrant]
         if not tokens.looks_like_token(token):
             raise _unauthorized("invalid bearer token")
         with store_errors("token lookup"):
-            found = await backend.read("token lookup", tokens.find_token, tokens.hash_token(token))
+            found = await backend.read("token lookup", find_token, tokens.hash_token(token))
         if found is None:
             raise _unauthorized("invalid bearer token")
         setattr(request.state, TOKEN_ID_STATE, found.id)

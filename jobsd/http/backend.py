@@ -4,7 +4,7 @@ One ``ApiBackend`` per app (or per mounted router). Its lifespan opens everythin
 without waiting for the database, so the API comes up (and says 503) while Postgres
 is down. Submissions, reads, cancels and introspection use a pool of the API's own,
 so the API never takes connections from an attached daemon. Every query on jobs sets
-the org for its transaction first (``queries.run_for_org``): the API works under the
+the org for its transaction first (``store.api.run_for_org``): the API works under the
 enqueue or the read role, with row-level security behind its ``WHERE org_id``.
 """
 
@@ -17,20 +17,20 @@ from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
-from anyio.abc import TaskGroup
 
-from jobsd.client import JobSpec
 from jobsd.errors import BackendUnavailable, ConfigError
 from jobsd.http.monitor import LoopMonitor
 from jobsd.http.problems import problem
 from jobsd.http.protocols import DaemonView
 from jobsd.http.ratelimit import SubmitLimiter
 from jobsd.http.settings import HttpSettings
-from jobsd.http.submit import submit
 from jobsd.http.waiter import DoneWaiter
+from jobsd.jobspec import JobSpec
 from jobsd.models import Job
 from jobsd.settings import Settings
-from jobsd.store.db import AsyncConn, AsyncPool, acquire, make_async_pool
+from jobsd.store.connect import make_async_pool
+from jobsd.store.db import AsyncConn, AsyncPool, acquire
+from jobsd.store.enqueue import enqueue_on_pool
 
 __all__ = ["ApiBackend"]
 
@@ -59,7 +59,6 @@ class ApiBackend:
         self.submit_limiter: SubmitLimiter | None = SubmitLimiter(rate) if rate else None
         self._pool: AsyncPool | None = None
         self._waiter: DoneWaiter | None = None
-        self._tg: TaskGroup | None = None
         self._ready: anyio.Event | None = None
 
     @property
@@ -100,8 +99,16 @@ class ApiBackend:
             self._waiter.close()
 
     async def submit(self, spec: JobSpec) -> Job:
-        """Create the job of ``spec`` for its org; see ``jobsd.http.submit.submit``."""
-        return await submit(self.pool, spec)
+        """Create the job of ``spec`` for its org (or return the one holding its id or key).
+
+        The client's enqueue plan and dropped-connection retry (``store.enqueue``), each
+        statement scoped by org: under the enqueue role row-level security accepts the
+        insert and shows the re-reads. The API fixes the job id before the first
+        attempt, so a retry can never create a second job. Raises UnknownQueue,
+        DuplicateJob (the id belongs to another org's job), BackendUnavailable (no job
+        was created), OutcomeUnknown (retry with the same id) or DatabaseError.
+        """
+        return await enqueue_on_pool(self.pool, spec, org_scoped=True)
 
     async def read(
         self,
@@ -113,12 +120,18 @@ class ApiBackend:
         """Run ``fn(conn, ...)`` on a pooled connection; retry once on a dropped connection.
 
         For idempotent work only: after a database restart the pool may hand out a
-        connection that died meanwhile, and one retry takes a fresh one.
+        connection that died meanwhile, and one retry takes a fresh one. When no
+        connection came at all (the pool timed out: the database is down), the answer
+        is given at once rather than after a second wait.
         """
+        connected = False
         try:
             async with acquire(self.pool, operation) as conn:
+                connected = True
                 return await fn(conn, *args, **kwargs)
         except BackendUnavailable:
+            if not connected:
+                raise
             async with acquire(self.pool, operation) as conn:
                 return await fn(conn, *args, **kwargs)
 

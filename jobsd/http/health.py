@@ -16,9 +16,9 @@ import anyio
 from fastapi import APIRouter, Response
 
 from jobsd.errors import BackendUnavailable, DatabaseError
-from jobsd.http import queries
 from jobsd.http.backend import ApiBackend
 from jobsd.http.schemas import HealthReport, Liveness, Readiness
+from jobsd.store import api
 
 __all__ = ["STALL_S", "health_router"]
 
@@ -89,7 +89,7 @@ async def _database_ok(backend: ApiBackend) -> bool:
         return False
     with anyio.move_on_after(backend.http.ready_timeout):
         try:
-            return await backend.read("readiness check", queries.ping)
+            return await backend.read("readiness check", api.ping)
         except (BackendUnavailable, DatabaseError):
             return False
     return False
@@ -108,7 +108,7 @@ async def build_report(backend: ApiBackend) -> HealthReport:
         with anyio.move_on_after(http.ready_timeout + 1):
             try:
                 row = await backend.read(
-                    "health report", queries.health_row, timeout_s=http.ready_timeout
+                    "health report", api.health_row, timeout_s=http.ready_timeout
                 )
                 database = True
             except (BackendUnavailable, DatabaseError):

@@ -26,9 +26,9 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobsd.errors import BackendUnavailable, DatabaseError
-from jobsd.http import queries
 from jobsd.http.backend import ApiBackend
 from jobsd.http.protocols import RunTimesView
+from jobsd.store import api
 
 __all__ = ["JobsdCollector", "RequestMetrics", "metrics_router"]
 
@@ -52,7 +52,7 @@ class JobsdCollector(Collector):
             return
         try:
             self._depth = await backend.read(
-                "queue depth", queries.queue_depth, timeout_s=backend.http.ready_timeout
+                "queue depth", api.queue_depth, timeout_s=backend.http.ready_timeout
             )
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.depth_unavailable", extra={"error": str(exc)})

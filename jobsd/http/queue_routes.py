@@ -112,17 +112,8 @@ class QueueOut(BaseModel):
 
     @classmethod
     def from_info(cls, info: queues.QueueInfo) -> "QueueOut":
-        """Build from a ``QueueInfo``."""
-        return cls(
-            name=info.name,
-            paused=info.paused,
-            paused_at=info.paused_at,
-            capacity=info.capacity,
-            concurrency_limit=info.concurrency_limit,
-            retention_days=info.retention_days,
-            created_at=info.created_at,
-            depth=QueueDepth(**info.depth),
-        )
+        """Build from a ``QueueInfo`` (its fields and properties of the same names)."""
+        return cls.model_validate(info, from_attributes=True)
 
 
 class QueueList(BaseModel):
@@ -176,16 +167,29 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
     router = APIRouter(tags=["queues"])
     Admin = Annotated[str, Depends(admin_dependency)]
 
-    async def once(operation: str, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
-        """Run a change that must not be repeated blindly (create, drop) on one connection."""
-        with store_errors(operation):
-            async with acquire(backend.pool, operation) as conn:
-                return await fn(conn)
+    async def run(
+        operation: str,
+        fn: Callable[[AsyncConn], Awaitable[T]],
+        *,
+        queue: str | None = None,
+        repeatable: bool = True,
+    ) -> T:
+        """Run ``fn(conn)``; with ``queue``, an unknown queue is a 404.
 
-    async def idempotent(operation: str, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
-        """Run a read or an idempotent change; retried once on a dropped connection."""
-        with store_errors(operation):
-            return await backend.read(operation, fn)
+        A read or an idempotent change (``repeatable``) is retried once on a dropped
+        connection; a change that must not be repeated blindly (create, drop) runs on
+        one connection.
+        """
+        try:
+            with store_errors(operation):
+                if repeatable:
+                    return await backend.read(operation, fn)
+                async with acquire(backend.pool, operation) as conn:
+                    return await fn(conn)
+        except UnknownQueue as exc:
+            if queue is None:
+                raise
+            raise _not_found(queue) from exc
 
     def audit(event: str, name: str, org_id: str, request: Request, **extra: Any) -> None:
         token_id = getattr(request.state, TOKEN_ID_STATE, None)
@@ -201,7 +205,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         "open jobs by state (every org's).",
     )
     async def list_queues(org_id: Admin) -> QueueList:
-        infos = await idempotent("listing of the queues", queues.list_queues)
+        infos = await run("listing of the queues", queues.list_queues)
         return QueueList(queues=[QueueOut.from_info(i) for i in infos])
 
     @router.post(
@@ -216,7 +220,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
     )
     async def create_queue(body: QueueIn, org_id: Admin, request: Request) -> QueueOut:
         try:
-            info = await once(
+            info = await run(
                 f"creation of queue {body.name!r}",
                 lambda conn: queues.create_queue(
                     conn,
@@ -225,6 +229,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
                     concurrency_limit=body.concurrency_limit,
                     retention_days=body.retention_days,
                 ),
+                repeatable=False,
             )
         except QueueExists as exc:
             raise problem(409, "queue_exists", str(exc)) from exc
@@ -239,12 +244,9 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         summary="Read a queue",
     )
     async def get_queue(name: QueuePath, org_id: Admin) -> QueueOut:
-        try:
-            info = await idempotent(
-                f"read of queue {name!r}", lambda conn: queues.get_queue(conn, name)
-            )
-        except UnknownQueue as exc:
-            raise _not_found(name) from exc
+        info = await run(
+            f"read of queue {name!r}", lambda conn: queues.get_queue(conn, name), queue=name
+        )
         return QueueOut.from_info(info)
 
     @router.patch(
@@ -261,17 +263,12 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         name: QueuePath, body: QueuePatch, org_id: Admin, request: Request
     ) -> QueueOut:
         given = body.model_fields_set
-        changes: dict[str, Any] = {
-            field: getattr(body, field) if field in given else queues.UNCHANGED
-            for field in ("capacity", "concurrency_limit", "retention_days")
-        }
-        try:
-            info = await idempotent(
-                f"change of the limits of queue {name!r}",
-                lambda conn: queues.set_queue_limits(conn, name, **changes),
-            )
-        except UnknownQueue as exc:
-            raise _not_found(name) from exc
+        changes: dict[str, Any] = {field: getattr(body, field) for field in given}
+        info = await run(
+            f"change of the limits of queue {name!r}",
+            lambda conn: queues.set_queue_limits(conn, name, **changes),
+            queue=name,
+        )
         if given:
             audit(
                 "api.queue_limits_set",
@@ -282,43 +279,41 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
             )
         return QueueOut.from_info(info)
 
-    @router.post(
-        "/queues/{name}/pause",
-        response_model=QueueOut,
-        responses=_answers(403, 404),
-        operation_id="pause_queue",
+    def switch(
+        action: str,
+        change: Callable[[AsyncConn, str], Awaitable[queues.QueueInfo]],
+        summary: str,
+        description: str,
+    ) -> None:
+        """Add ``POST /queues/{name}/<action>`` (pause, resume): idempotent, audited."""
+
+        @router.post(
+            f"/queues/{{name}}/{action}",
+            response_model=QueueOut,
+            responses=_answers(403, 404),
+            operation_id=f"{action}_queue",
+            summary=summary,
+            description=description,
+        )
+        async def endpoint(name: QueuePath, org_id: Admin, request: Request) -> QueueOut:
+            info = await run(f"{action} of queue {name!r}", lambda c: change(c, name), queue=name)
+            audit(f"api.queue_{action}d", name, org_id, request)
+            return QueueOut.from_info(info)
+
+    switch(
+        "pause",
+        queues.pause_queue,
         summary="Pause a queue",
         description="No job of the queue is claimed from now on; running jobs finish. "
         "Pausing a paused queue keeps its first paused_at.",
     )
-    async def pause_queue(name: QueuePath, org_id: Admin, request: Request) -> QueueOut:
-        try:
-            info = await idempotent(
-                f"pause of queue {name!r}", lambda conn: queues.pause_queue(conn, name)
-            )
-        except UnknownQueue as exc:
-            raise _not_found(name) from exc
-        audit("api.queue_paused", name, org_id, request)
-        return QueueOut.from_info(info)
-
-    @router.post(
-        "/queues/{name}/resume",
-        response_model=QueueOut,
-        responses=_answers(403, 404),
-        operation_id="resume_queue",
+    switch(
+        "resume",
+        queues.resume_queue,
         summary="Resume a queue",
         description="Daemons claim from the queue again, woken at once by a notification. "
         "Resuming a queue that is not paused changes nothing.",
     )
-    async def resume_queue(name: QueuePath, org_id: Admin, request: Request) -> QueueOut:
-        try:
-            info = await idempotent(
-                f"resume of queue {name!r}", lambda conn: queues.resume_queue(conn, name)
-            )
-        except UnknownQueue as exc:
-            raise _not_found(name) from exc
-        audit("api.queue_resumed", name, org_id, request)
-        return QueueOut.from_info(info)
 
     @router.delete(
         "/queues/{name}",
@@ -344,11 +339,12 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
                 "pause it instead",
             )
         try:
-            deleted = await once(
-                f"drop of queue {name!r}", lambda conn: queues.drop_queue(conn, name)
+            deleted = await run(
+                f"drop of queue {name!r}",
+                lambda conn: queues.drop_queue(conn, name),
+                queue=name,
+                repeatable=False,
             )
-        except UnknownQueue as exc:
-            raise _not_found(name) from exc
         except QueueNotEmpty as exc:
             raise _not_empty(exc) from exc
         audit("api.queue_dropped", name, org_id, request, deleted_jobs=deleted)

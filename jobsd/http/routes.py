@@ -19,7 +19,6 @@ import anyio
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import AfterValidator
 
-from jobsd.client import JobSpec
 from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
@@ -30,7 +29,6 @@ from jobsd.errors import (
     UnknownDependency,
     UnknownQueue,
 )
-from jobsd.http import queries
 from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import (
@@ -53,13 +51,17 @@ from jobsd.http.schemas import (
     pg_text,
 )
 from jobsd.ids import uuid7
+from jobsd.jobspec import JobSpec
 from jobsd.models import JobStatus
+from jobsd.store import api, queries
 
 __all__ = ["decode_cursor", "encode_cursor", "jobs_router"]
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 200
+# the actor recorded in job_events for changes made through the API
+API_ACTOR = "api"
 
 
 def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
@@ -68,7 +70,7 @@ def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def decode_cursor(cursor: str) -> queries.Cursor:
+def decode_cursor(cursor: str) -> api.Cursor:
     """Read a cursor made by ``encode_cursor``; raise ValueError for anything else."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
@@ -76,7 +78,7 @@ def decode_cursor(cursor: str) -> queries.Cursor:
         created_at = datetime.fromisoformat(when)
         if created_at.tzinfo is None:
             raise ValueError("naive time")
-        return queries.Cursor(created_at, uuid.UUID(job_id))
+        return api.Cursor(created_at, uuid.UUID(job_id))
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise ValueError("invalid cursor: pass next_cursor from the previous page") from exc
 
@@ -121,14 +123,8 @@ def jobs_router(
                 body.type,
                 body.payload,
                 org_id=org_id,
-                queue=body.queue,
-                dedup_key=body.dedup_key,
-                run_after=body.run_after,
-                job_id=job_id,
                 max_payload_bytes=backend.settings.max_payload_bytes,
-                priority=body.priority,
-                concurrency_key=body.concurrency_key,
-                depends_on=body.depends_on,
+                **body.options(job_id),
             )
         except PayloadTooLarge as exc:
             raise problem(413, "payload_too_large", str(exc)) from exc
@@ -202,7 +198,7 @@ def jobs_router(
         with store_errors("job listing"):
             rows = await backend.read(
                 "job listing",
-                queries.list_job_rows,
+                api.list_job_rows,
                 org_id,
                 after=after,
                 status=status,
@@ -236,7 +232,7 @@ def jobs_router(
         with store_errors(f"read of job {job_id}"):
             if wait:
                 await _wait_terminal(backend, job_id, org_id, min(wait, backend.http.longpoll_max))
-            row = await backend.read(f"read of job {job_id}", queries.get_job_row, job_id, org_id)
+            row = await backend.read(f"read of job {job_id}", api.get_job_row, job_id, org_id)
         if row is None:
             raise _not_found(job_id)
         return JobDetail.from_row(row)
@@ -263,19 +259,24 @@ def jobs_router(
     async def cancel_job(job_id: uuid.UUID, org_id: Org, response: Response) -> JobOut:
         with store_errors(f"cancel of job {job_id}"):
             result = await backend.read(
-                f"cancel of job {job_id}", queries.cancel_job, job_id, org_id
+                f"cancel of job {job_id}",
+                queries.cancel_job,
+                job_id,
+                actor=API_ACTOR,
+                reason="cancelled by API",
+                org_id=org_id,
             )
         job = result.job
         if job is None:
             raise _not_found(job_id)
-        if result.cancelled_now:
+        if result.action == "cancelled":
             log.info("api.cancelled", extra={"job_id": job_id, "org_id": org_id})
         status = job.status
         match status:
             case JobStatus.CANCELLED:
                 return JobOut.from_job(job)
             case JobStatus.RUNNING:
-                if result.requested:
+                if result.action == "requested":
                     log.info("api.cancel_requested", extra={"job_id": job_id, "org_id": org_id})
                 response.status_code = 202
                 return JobOut.from_job(job)
@@ -312,9 +313,7 @@ async def _wait_terminal(
     waiter = backend.waiter
     with waiter.watch(job_id) as watch:
         while True:
-            status = await backend.read(
-                f"status of job {job_id}", queries.job_status, job_id, org_id
-            )
+            status = await backend.read(f"status of job {job_id}", api.job_status, job_id, org_id)
             if status is None or status.terminal:
                 return
             remaining = deadline - anyio.current_time()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,7 @@ from pydantic import (
     field_validator,
 )
 
+from jobsd.jobspec import EnqueueOptions
 from jobsd.models import QUEUE_NAME_PATTERN, Job, JobStatus
 
 __all__ = [
@@ -117,6 +118,11 @@ class JobIn(BaseModel):
         "until then, and fails with reason 'dependency <id> <state>' if one fails or is "
         "cancelled.",
     )
+
+    def options(self, job_id: uuid.UUID) -> EnqueueOptions:
+        """Return the enqueue options of this submission, with its job id (fixed by now)."""
+        given = self.model_dump(include=set(EnqueueOptions.__optional_keys__) - {"job_id"})
+        return cast(EnqueueOptions, {**given, "job_id": job_id})
 
     @field_validator("run_after")
     @classmethod

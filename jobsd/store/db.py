@@ -1,16 +1,22 @@
-"""Connections: pools, error translation, and the only place transient errors are retried."""
+"""Error translation, pooled connections, and the only place transient errors are retried.
+
+Connections and pools are opened by ``jobsd.store.connect`` (TLS policy, keepalives,
+``application_name``); this module translates what psycopg raises into jobsd errors,
+once, in the store function that runs a statement, and hands out pooled connections.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import anyio
 import psycopg
 import psycopg.errors
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from tenacity import (
     AsyncRetrying,
@@ -36,55 +42,34 @@ __all__ = [
     "SyncConn",
     "SyncPool",
     "acquire",
+    "acquire_sync",
     "db_errors",
     "make_async_pool",
-    "make_sync_pool",
     "transient_retries",
 ]
 
 log = logging.getLogger(__name__)
 
-AsyncConn = psycopg.AsyncConnection[DictRow]
-SyncConn = psycopg.Connection[DictRow]
-AsyncPool = AsyncConnectionPool[AsyncConn]
-SyncPool = ConnectionPool[SyncConn]
-
-# Connections are autocommit: a single statement commits on its own in one round
-# trip; multi-statement work opens an explicit `conn.transaction()`.
-_CONN_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+# Any connection: jobsd's own (dict rows) or a caller's (any row factory). Store
+# functions open their own dict-row cursors, so they take either.
+AsyncConn = psycopg.AsyncConnection[Any]
+SyncConn = psycopg.Connection[Any]
+# jobsd's own pools: autocommit connections with dict rows (see store.connect).
+AsyncPool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+SyncPool = ConnectionPool[psycopg.Connection[DictRow]]
 
 
 def make_async_pool(
     url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
 ) -> AsyncPool:
-    """Create (unopened) an async pool; a failed reconnect is retried on the next demand."""
-    return AsyncConnectionPool(
-        url,
-        kwargs={**_CONN_KWARGS, "application_name": f"jobsd-{name}"},
-        connection_class=psycopg.AsyncConnection[DictRow],
-        min_size=min_size,
-        max_size=max_size,
-        name=name,
-        timeout=timeout_s,
-        reconnect_timeout=10.0,
-        open=False,
-    )
+    """Create (unopened) an async pool: see ``jobsd.store.connect.make_async_pool``.
 
+    Kept here for the tests that import it from this module.
+    """
+    from jobsd.store import connect  # connect imports this module
 
-def make_sync_pool(
-    url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
-) -> SyncPool:
-    """Create (unopened) a sync pool, for threads and scripts."""
-    return ConnectionPool(
-        url,
-        kwargs={**_CONN_KWARGS, "application_name": f"jobsd-{name}"},
-        connection_class=psycopg.Connection[DictRow],
-        min_size=min_size,
-        max_size=max_size,
-        name=name,
-        timeout=timeout_s,
-        reconnect_timeout=10.0,
-        open=False,
+    return connect.make_async_pool(
+        url, name=name, min_size=min_size, max_size=max_size, timeout_s=timeout_s
     )
 
 
@@ -137,10 +122,28 @@ def _queue_full(exc: psycopg.Error) -> QueueFull:
 
 @asynccontextmanager
 async def acquire(pool: AsyncPool, operation: str) -> AsyncIterator[AsyncConn]:
-    """Take a pooled connection; a pool timeout becomes BackendUnavailable naming ``operation``."""
+    """Take a pooled connection; a pool timeout becomes BackendUnavailable naming ``operation``.
+
+    Only taking the connection is translated here: the statements of the block are
+    translated by the store functions that run them.
+    """
     with db_errors(operation):
-        async with pool.connection() as conn:
-            yield conn
+        conn = await pool.getconn()
+    try:
+        yield conn
+    finally:
+        await pool.putconn(conn)
+
+
+@contextmanager
+def acquire_sync(pool: SyncPool, operation: str) -> Iterator[SyncConn]:
+    """Take a connection from a sync pool; see ``acquire``."""
+    with db_errors(operation):
+        conn = pool.getconn()
+    try:
+        yield conn
+    finally:
+        pool.putconn(conn)
 
 
 def _queue_from_detail(detail: str | None) -> str:
@@ -150,10 +153,16 @@ def _queue_from_detail(detail: str | None) -> str:
     return "?"
 
 
-def transient_retries(operation: str, *, max_wait_s: float = 5.0) -> AsyncRetrying:
+def transient_retries(
+    operation: str,
+    *,
+    max_wait_s: float = 5.0,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> AsyncRetrying:
     """Retry a block forever on BackendUnavailable, backing off up to ``max_wait_s``.
 
-    For the daemon's own loops: the database going away must never crash it.
+    For the daemon's own loops: the database going away must never crash it. ``sleep``
+    waits out the back-off (the daemon passes its clock's); None is anyio's.
     """
 
     def _log(state: RetryCallState) -> None:
@@ -170,4 +179,5 @@ def transient_retries(operation: str, *, max_wait_s: float = 5.0) -> AsyncRetryi
         stop=stop_never,
         before_sleep=_log,
         reraise=True,
+        sleep=sleep if sleep is not None else anyio.sleep,
     )

@@ -1,41 +1,34 @@
 """Dedicated LISTEN connections: connect with back-off, LISTEN, yield payloads.
 
-Shared by the daemon's listener (new jobs) and the API's waiter (finished jobs). A
-LISTEN connection is long-lived and idle most of the time, so TCP keepalives are on:
-a dead peer is noticed in about a minute instead of never.
+Shared by the daemon's listener (new jobs) and the API's waiter (finished jobs). The
+connection comes from ``store.connect`` (TLS policy, keepalives: a LISTEN connection
+idles for hours, and a dead peer must be noticed).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
-import psycopg
 from psycopg import sql
 
-from jobsd.store.db import db_errors, transient_retries
+from jobsd.store.connect import open_connection_async
+from jobsd.store.db import AsyncConn, db_errors, transient_retries
 
 __all__ = ["notifications", "open_listen_connection"]
-
-_KEEPALIVES: dict[str, Any] = {
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-}
 
 
 async def open_listen_connection(
     url: str, channel: str, *, application_name: str, operation: str
-) -> psycopg.AsyncConnection[Any]:
+) -> AsyncConn:
     """Connect and LISTEN on ``channel``, retrying with back-off while the database is away."""
     async for attempt in transient_retries(operation):
-        with attempt, db_errors(operation):
-            conn = await psycopg.AsyncConnection.connect(
-                url, autocommit=True, application_name=application_name, **_KEEPALIVES
+        with attempt:
+            conn = await open_connection_async(
+                url, application_name=application_name, operation=operation
             )
             try:
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                with db_errors(operation):
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             except BaseException:
                 await conn.close()
                 raise
@@ -43,8 +36,18 @@ async def open_listen_connection(
     raise AssertionError("unreachable: transient_retries never stops")
 
 
-async def notifications(conn: psycopg.AsyncConnection[Any], operation: str) -> AsyncIterator[str]:
-    """Yield notification payloads until the connection fails (BackendUnavailable)."""
+async def notifications(
+    conn: AsyncConn,
+    operation: str,
+    *,
+    timeout_s: float | None = None,
+    stop_after: int | None = None,
+) -> AsyncIterator[str]:
+    """Yield notification payloads until the connection fails (BackendUnavailable).
+
+    ``timeout_s`` ends the iteration after that long, ``stop_after`` after that many
+    payloads (or a few more, when they arrived together); None is never.
+    """
     with db_errors(operation):
-        async for note in conn.notifies():
+        async for note in conn.notifies(timeout=timeout_s, stop_after=stop_after):
             yield note.payload

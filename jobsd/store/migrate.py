@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.rows import dict_row
 
 from jobsd.errors import MigrationError
-from jobsd.store.db import db_errors
+from jobsd.store.connect import connect
+from jobsd.store.db import SyncConn, db_errors
 from jobsd.store.sqlfiles import Migration, load_migrations
 
 __all__ = ["MigrationStatus", "migrate_sync", "migration_status_sync"]
@@ -54,7 +54,10 @@ def migrate_sync(database_url: str) -> list[str]:
     """Apply pending migrations; return the names applied (empty when up to date)."""
     migrations = load_migrations()
     applied_now: list[str] = []
-    with db_errors("migrate"), psycopg.connect(database_url, autocommit=True) as conn:
+    with (
+        connect(database_url, application_name="jobsd-migrate", operation="migrate") as conn,
+        db_errors("migrate"),
+    ):
         conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
         try:
             conn.execute(_BOOKKEEPING)
@@ -91,15 +94,18 @@ def migrate_sync(database_url: str) -> list[str]:
 
 def migration_status_sync(database_url: str) -> list[MigrationStatus]:
     """List the shipped migrations and which are applied."""
-    with db_errors("migration status"), psycopg.connect(database_url, autocommit=True) as conn:
+    operation = "migration status"
+    with (
+        connect(database_url, application_name="jobsd-migrate", operation=operation) as conn,
+        db_errors(operation),
+    ):
         exists = conn.execute(
-            "SELECT to_regclass('jobsd.schema_migrations') IS NOT NULL"
+            "SELECT to_regclass('jobsd.schema_migrations') IS NOT NULL AS exists"
         ).fetchone()
-        done = _applied(conn) if exists and exists[0] else {}
+        done = _applied(conn) if exists and exists["exists"] else {}
     return [MigrationStatus(m.version, m.name, m.version in done) for m in load_migrations()]
 
 
-def _applied(conn: psycopg.Connection[tuple[object, ...]]) -> dict[int, str]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute("SELECT version, checksum FROM jobsd.schema_migrations")
-        return {row["version"]: row["checksum"] for row in cur.fetchall()}
+def _applied(conn: SyncConn) -> dict[int, str]:
+    rows = conn.execute("SELECT version, checksum FROM jobsd.schema_migrations").fetchall()
+    return {row["version"]: row["checksum"] for row in rows}

@@ -1,8 +1,8 @@
-"""One typed function per named query of ``sql/queries``.
+"""One typed function per named statement of ``sql/queries/jobs.sql``: jobs and their history.
 
 Connections may be jobsd's own (dict rows) or a caller's (any row factory): every
 function opens its own dict-row cursor. Errors are translated here, with
-``db_errors``, naming the operation and the id.
+``db_errors``, once per function, naming the operation and the id.
 """
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, LiteralString
-
-import psycopg
-from psycopg.rows import dict_row
+from typing import Any
 
 from jobsd.errors import AlreadyClaimed, DatabaseError, JobNotFound
-from jobsd.jsonsafe import storable_json, storable_text
+from jobsd.jsonsafe import cap_error, storable_json
 from jobsd.models import Job, JobEvent
-from jobsd.store.db import db_errors
-from jobsd.store.sqlfiles import load_queries
+from jobsd.store.api import run_for_org
+from jobsd.store.db import AsyncConn, SyncConn, db_errors
+
+# run_named: re-exported for the tests that insert raw rows; code outside jobsd.store
+# calls the typed functions.
+from jobsd.store.named import run_named as run_named
+from jobsd.store.named import run_named_sync
 
 __all__ = [
     "CancelOutcome",
@@ -35,55 +37,42 @@ __all__ = [
     "finish_batch",
     "get_job",
     "get_job_events",
-    "heartbeat",
+    "get_job_events_sync",
+    "get_job_sync",
     "heartbeat_v2",
     "note_discarded",
-    "notify_enabled",
     "promote_due",
     "resolve_job",
-    "run_named",
-    "run_named_sync",
-    "set_notify",
-    "sql_text",
     "sweep_dead_workers",
     "sweep_stale",
 ]
 
-Row = dict[str, Any]
 
-
-def sql_text(name: str) -> LiteralString:
-    # The text comes from our own shipped files, never from input.
-    return load_queries()[name]
-
-
-async def run_named(
-    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
-) -> list[Row]:
-    """Execute a named query on an async connection and return its rows as dicts."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(sql_text(name), params)
-        return await cur.fetchall() if cur.description else []
-
-
-def run_named_sync(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[Row]:
-    """Execute a named query on a sync connection and return its rows as dicts."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(sql_text(name), params)
-        return cur.fetchall() if cur.description else []
-
-
-async def get_job(conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID) -> Job | None:
+async def get_job(conn: AsyncConn, job_id: uuid.UUID) -> Job | None:
     """Read one job, or None."""
     with db_errors(f"read of job {job_id}"):
         rows = await run_named(conn, "jobs_get", {"id": job_id})
     return Job.from_row(rows[0]) if rows else None
 
 
-async def get_job_events(conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID) -> list[JobEvent]:
+def get_job_sync(conn: SyncConn, job_id: uuid.UUID) -> Job | None:
+    """Read one job, or None (sync)."""
+    with db_errors(f"read of job {job_id}"):
+        rows = run_named_sync(conn, "jobs_get", {"id": job_id})
+    return Job.from_row(rows[0]) if rows else None
+
+
+async def get_job_events(conn: AsyncConn, job_id: uuid.UUID) -> list[JobEvent]:
     """Read the history of one job, oldest first."""
     with db_errors(f"read of history of job {job_id}"):
         rows = await run_named(conn, "job_events_for_job", {"id": job_id})
+    return [JobEvent.from_row(r) for r in rows]
+
+
+def get_job_events_sync(conn: SyncConn, job_id: uuid.UUID) -> list[JobEvent]:
+    """Read the history of one job, oldest first (sync)."""
+    with db_errors(f"read of history of job {job_id}"):
+        rows = run_named_sync(conn, "job_events_for_job", {"id": job_id})
     return [JobEvent.from_row(r) for r in rows]
 
 
@@ -101,7 +90,7 @@ class ClaimRound(list[Job]):
 
 
 async def claim_batch(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     *,
     limit: int,
     worker_id: str,
@@ -141,16 +130,7 @@ class HeartbeatRow:
     fields: dict[str, Any] | None
 
 
-async def heartbeat(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[HeartbeatRow]
-) -> set[uuid.UUID]:
-    """Stamp and merge progress for held jobs; return the ids whose lease still holds."""
-    return set(await heartbeat_v2(conn, rows))
-
-
-async def heartbeat_v2(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[HeartbeatRow]
-) -> dict[uuid.UUID, bool]:
+async def heartbeat_v2(conn: AsyncConn, rows: Sequence[HeartbeatRow]) -> dict[uuid.UUID, bool]:
     """Stamp and merge progress for held jobs; map each id whose lease still holds to
     whether a cancel request waits for it."""
     if not rows:
@@ -181,9 +161,7 @@ class FinishRow:
     delay_s: float | None = None
 
 
-async def finish_batch(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[FinishRow]
-) -> dict[uuid.UUID, Job]:
+async def finish_batch(conn: AsyncConn, rows: Sequence[FinishRow]) -> dict[uuid.UUID, Job]:
     """Write many outcomes in one statement; return the jobs as written, by id.
 
     An id missing from the result had lost its lease: that outcome was discarded.
@@ -201,7 +179,7 @@ async def finish_batch(
                 "id": str(r.job_id),
                 "lease_id": str(r.lease_id),
                 "status": r.status,
-                "error": _storable_error(r.error),
+                "error": _cap(r.error),
                 "reason": r.reason,
                 "progress": r.progress,
                 "run_after": r.run_after.isoformat() if r.run_after else None,
@@ -214,30 +192,21 @@ async def finish_batch(
     return {r["id"]: Job.from_row(r) for r in result}
 
 
-# the CHECK on jobsd.jobs.error
-_ERROR_MAX_BYTES = 2048
-
-
-def _storable_error(text: str | None) -> str | None:
-    """Make an error message fit the error column: storable characters, at most 2 KiB."""
-    if text is None:
-        return None
-    clean = storable_text(text)
-    data = clean.encode("utf-8")
-    if len(data) <= _ERROR_MAX_BYTES:
-        return clean
-    return data[:_ERROR_MAX_BYTES].decode("utf-8", "ignore")
+def _cap(error: str | None) -> str | None:
+    """Fit an error to the column (the executor marked a cut already; see ``cap_error``)."""
+    return cap_error(error, mark=False) if error is not None else None
 
 
 def _sweep_params(
-    *,
-    stale_after_s: float | None,
     max_attempts: dict[str, int],
     delivery: dict[str, str] | None,
     default_max_attempts: int,
-    now: datetime | None,
+    *,
+    stale_after_s: float | None = None,
+    now: datetime | None = None,
     dead_workers: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """Return the parameters of ``jobs_sweep_stale``: the types' rules as parallel arrays."""
     types = sorted(set(max_attempts) | set(delivery or {}))
     return {
         "now": now,
@@ -251,7 +220,7 @@ def _sweep_params(
 
 
 async def sweep_stale(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     *,
     worker_id: str,
     stale_after_s: float,
@@ -261,13 +230,8 @@ async def sweep_stale(
     now: datetime | None = None,
 ) -> list[Job]:
     """Rescue running jobs whose heartbeat is stale, per their type's delivery."""
-    params = _sweep_params(
-        stale_after_s=stale_after_s,
-        max_attempts=max_attempts,
-        delivery=delivery,
-        default_max_attempts=default_max_attempts,
-        now=now,
-    )
+    rules = (max_attempts, delivery, default_max_attempts)
+    params = _sweep_params(*rules, stale_after_s=stale_after_s, now=now)
     with db_errors(f"sweep by worker {worker_id!r}"):
         async with conn.transaction():
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
@@ -284,7 +248,7 @@ class DeadSweep:
 
 
 async def sweep_dead_workers(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     *,
     worker_id: str,
     max_attempts: dict[str, int],
@@ -303,14 +267,8 @@ async def sweep_dead_workers(
             if not dead:
                 return DeadSweep([], [])
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
-            params = _sweep_params(
-                stale_after_s=None,
-                max_attempts=max_attempts,
-                delivery=delivery,
-                default_max_attempts=default_max_attempts,
-                now=None,
-                dead_workers=dead,
-            )
+            rules = (max_attempts, delivery, default_max_attempts)
+            params = _sweep_params(*rules, dead_workers=dead)
             rows = await run_named(conn, "jobs_sweep_stale", params)
             await run_named(conn, "workers_delete_many", {"worker_ids": dead})
     return DeadSweep(dead, [Job.from_row(r) for r in rows])
@@ -322,29 +280,20 @@ class PromoteResult:
 
     promoted: int
     next_due: datetime | None
+    next_due_in_s: float | None = None
+    """seconds from the statement's ``now`` to ``next_due``, on the database's clock"""
 
 
 async def promote_due(
-    conn: psycopg.AsyncConnection[Any], *, limit: int = 1000, now: datetime | None = None
+    conn: AsyncConn, *, limit: int = 1000, now: datetime | None = None
 ) -> PromoteResult:
     """Move due scheduled jobs to queued."""
     with db_errors("promotion of due scheduled jobs"):
         rows = await run_named(conn, "jobs_promote_due", {"limit": limit, "now": now})
-    return PromoteResult(promoted=rows[0]["promoted"], next_due=rows[0]["next_due"])
-
-
-async def set_notify(conn: psycopg.AsyncConnection[Any], enabled: bool) -> None:
-    """Enable or disable the NOTIFY triggers (poll-only mode when disabled)."""
-    name = "admin_notify_enable" if enabled else "admin_notify_disable"
-    with db_errors("switching notifications"):
-        await conn.execute(sql_text(name))
-
-
-async def notify_enabled(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Say whether the NOTIFY triggers are enabled."""
-    with db_errors("reading the notification switch"):
-        rows = await run_named(conn, "admin_notify_status", {})
-    return bool(rows and rows[0]["enabled"])
+    row = rows[0]
+    return PromoteResult(
+        promoted=row["promoted"], next_due=row["next_due"], next_due_in_s=row["next_due_in_s"]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +306,7 @@ class CancelOutcome:
 
 
 async def cancel_job(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     job_id: uuid.UUID,
     *,
     actor: str,
@@ -367,26 +316,25 @@ async def cancel_job(
     """Cancel a job that has not started, or ask its owner to cancel a running one.
 
     Idempotent: a repeated request keeps the first request's time. ``org_id`` limits
-    the job to one org (the API); None is any org (operators).
+    the job to one org and sets it for row-level security (the API); None is any org
+    (operators). The actor, the org and ``jobs_cancel`` go in one round trip; only
+    when it changed nothing is the job read back.
     """
     params = {"id": job_id, "org_id": org_id, "reason": reason}
+    actor_set = ("admin_set_actor", {"worker_id": actor})
     with db_errors(f"cancel of job {job_id}"):
-        async with conn.transaction():
-            await run_named(conn, "admin_set_actor", {"worker_id": actor})
-            rows = await run_named(conn, "jobs_cancel", params)
-            if rows:
-                action = "requested" if rows[0]["previous"] == "running" else "cancelled"
-                return CancelOutcome(action, Job.from_row(rows[0]))
-            rows = await run_named(conn, "jobs_get", {"id": job_id})
+        rows = await run_for_org(conn, org_id, "jobs_cancel", params, before=[actor_set])
+        if rows:
+            action = "requested" if rows[0]["previous"] == "running" else "cancelled"
+            return CancelOutcome(action, Job.from_row(rows[0]))
+        rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
     job = Job.from_row(rows[0]) if rows else None
     if job is not None and org_id is not None and job.org_id != org_id:
         job = None
     return CancelOutcome("none", job)
 
 
-async def note_discarded(
-    conn: psycopg.AsyncConnection[Any], job_ids: Sequence[uuid.UUID], *, worker_id: str
-) -> None:
+async def note_discarded(conn: AsyncConn, job_ids: Sequence[uuid.UUID], *, worker_id: str) -> None:
     """Record in each job's history that ``worker_id``'s result for it was discarded."""
     if not job_ids:
         return
@@ -397,7 +345,7 @@ async def note_discarded(
 
 
 async def claim_job(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     job_id: uuid.UUID,
     worker_id: str,
     *,
@@ -438,7 +386,7 @@ async def claim_job(
 
 
 async def resolve_job(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     job_id: uuid.UUID,
     *,
     status: str,
@@ -456,7 +404,7 @@ async def resolve_job(
         "status": status,
         "reason": reason,
         "report": storable_json(report) if report is not None else None,
-        "error": _storable_error(error),
+        "error": _cap(error),
     }
     with db_errors(f"resolve of job {job_id}"):
         async with conn.transaction():

@@ -14,25 +14,48 @@ so a job scheduled for later starts on time without the table being polled for i
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
+from anyio.abc import TaskStatus
 
 from jobsd.models import Job
 from jobsd.registry import Registry
-from jobsd.settings import Settings
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire, transient_retries
+from jobsd.store.db import AsyncPool, acquire
+from jobsd.worker.clock import Clock
 from jobsd.worker.holdings import Holdings
+from jobsd.worker.loop import jitter, run_loop
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.waker import Waker
 
-__all__ = ["Claimer"]
+__all__ = ["ClaimPass", "Claimer", "ClaimerSettings"]
 
 log = logging.getLogger(__name__)
+
+# wake-up causes after which due scheduled jobs are promoted before the claim
+_PROMOTING_CAUSES = frozenset({"poll", "start", "reconnect", "scheduled"})
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimerSettings:
+    """Who claims, from which queues (empty: all), and the mean poll interval."""
+
+    worker_id: str
+    queues: tuple[str, ...]
+    poll_interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPass:
+    """What one pass did: jobs claimed (and started), jobs promoted, and whether to
+    claim again at once."""
+
+    claimed: int
+    promoted: int
+    more: bool
 
 
 class Claimer:
@@ -41,7 +64,8 @@ class Claimer:
     def __init__(
         self,
         pool: AsyncPool,
-        settings: Settings,
+        cfg: ClaimerSettings,
+        clock: Clock,
         registry: Registry,
         holdings: Holdings,
         waker: Waker,
@@ -49,91 +73,106 @@ class Claimer:
         start_job: Callable[[Job], None],
     ) -> None:
         self.pool = pool
-        self.settings = settings
+        self.cfg = cfg
+        self.clock = clock
         self.registry = registry
         self.holdings = holdings
         self.waker = waker
         self.stats = stats
         self.start_job = start_job
-        self._next_due: float | None = None  # monotonic time of the next scheduled job
-        self._last_promote = 0.0
+        self._next_due: float | None = None  # clock.monotonic() of the next scheduled job
+        self._last_promote = -float("inf")
+        self._cause = "start"
+        self._more = True
 
-    async def run(self) -> None:
-        """Claim until cancelled; the first round runs at once."""
-        more = True
-        cause = "start"
-        while True:
-            await self.holdings.wait_free()
-            if not more:
-                cause = await self.waker.wait(self._sleep_s())
-            self.stats.wakeups[cause] += 1
-            promoted = cause in ("poll", "start", "reconnect", "scheduled") or self._promotion_due()
-            if promoted:
-                await self.promote()
-            more = await self.claim_once()
-            if cause == "notify" and not more and not promoted:
-                # The notification may announce a job scheduled for later: learn its due
-                # time now rather than at the next poll. Under load rounds fill every
-                # slot and skip this.
-                await self.promote()
-            cause = "more"
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Claim until cancelled; the first pass runs at once."""
+        self._cause, self._more = "start", True
+        self.stats.wakeups["start"] += 1
+        await run_loop("claim", self._pass, self._wait, self.clock, task_status=task_status)
 
-    async def claim_once(self) -> bool:
-        """Claim up to the free slots and start the jobs; return True to claim again at once.
+    async def run_once(self, cause: str = "poll") -> ClaimPass:
+        """Do one pass for a wake-up of ``cause``: promote due scheduled jobs when the
+        cause or the time calls for it, then claim up to the free slots and start the jobs.
+        """
+        promoted = 0
+        promote_ran = cause in _PROMOTING_CAUSES or self._promotion_due()
+        if promote_ran:
+            promoted = await self.promote()
+        claimed, more = await self._claim()
+        if cause == "notify" and not more and not promote_ran:
+            # The notification may announce a job scheduled for later: learn its due
+            # time now rather than at the next poll. Under load rounds fill every
+            # slot and skip this.
+            promoted += await self.promote()
+        return ClaimPass(claimed, promoted, more)
+
+    async def _pass(self) -> None:
+        self._more = (await self.run_once(self._cause)).more
+
+    async def _wait(self) -> None:
+        await self.holdings.wait_free()
+        self._cause = "more" if self._more else await self.waker.wait(self._sleep_s())
+        self.stats.wakeups[self._cause] += 1
+
+    async def _claim(self) -> tuple[int, bool]:
+        """Claim up to the free slots and start the jobs; return how many, and True to
+        claim again at once.
 
         Again at once: every slot was filled (more work is likely waiting), or jobs were
         left behind a concurrency key this round just started (the next round skips it).
         """
         want = self.holdings.free
         if want <= 0:
-            return True
-        jobs = queries.ClaimRound([])
-        async for attempt in transient_retries("claim"):
-            # Shielded: a stop arriving while the claim is in flight must not lose jobs
-            # it committed as ours; they are started, then the stop takes effect. The
-            # back-off between attempts stays cancellable.
-            with attempt, anyio.CancelScope(shield=True):
-                async with acquire(self.pool, "claim") as conn:
-                    jobs = await queries.claim_batch(
-                        conn,
-                        limit=want,
-                        worker_id=self.settings.worker_id,
-                        queues=self.settings.queues or None,
-                        keep_dedup_types=self.registry.keep_dedup_types(),
-                        key_limits=self.registry.concurrency_limits(),
-                    )
-                for job in jobs:
-                    self.stats.claimed[job.type] += 1
-                    self.start_job(job)
+            return 0, True
+        # A stop that arrived earlier in this pass takes effect here, before the shield:
+        # psycopg may turn the cancellation of a query it was running (the promotion)
+        # into an error instead of passing it on, and a cancelled scope is noticed again
+        # only at the next checkpoint. Without this, a pass could claim after the stop.
+        await anyio.lowlevel.checkpoint()
+        # Shielded: a stop arriving while the claim is in flight must not lose jobs it
+        # committed as ours; they are started, then the stop takes effect. The back-off
+        # of a retry (outside this pass) stays cancellable.
+        with anyio.CancelScope(shield=True):
+            async with acquire(self.pool, "claim") as conn:
+                jobs = await queries.claim_batch(
+                    conn,
+                    limit=want,
+                    worker_id=self.cfg.worker_id,
+                    queues=self.cfg.queues or None,
+                    keep_dedup_types=self.registry.keep_dedup_types(),
+                    key_limits=self.registry.concurrency_limits(),
+                )
+            for job in jobs:
+                self.stats.claimed[job.type] += 1
+                self.start_job(job)
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})
-        return len(jobs) == want or jobs.left_for_busy_keys
+        return len(jobs), len(jobs) == want or jobs.left_for_busy_keys
 
     async def promote(self) -> int:
         """Move due scheduled jobs to queued and remember when the next one is due."""
-        self._last_promote = time.monotonic()
-        async for attempt in transient_retries("promote"):
-            with attempt:
-                async with acquire(self.pool, "promotion") as conn:
-                    result = await queries.promote_due(conn)
-        if result.next_due is None:
+        self._last_promote = self.clock.monotonic()
+        async with acquire(self.pool, "promotion") as conn:
+            result = await queries.promote_due(conn, now=self.clock.sql_now())
+        if result.next_due_in_s is None:
             self._next_due = None
         else:
-            delay = (result.next_due - datetime.now(UTC)).total_seconds()
-            self._next_due = time.monotonic() + max(delay, 0.0)
+            # the delay comes from the database's clock: a daemon whose clock runs ahead
+            # would otherwise see the job as due already and promote in a tight loop
+            self._next_due = self.clock.monotonic() + max(result.next_due_in_s, 0.0)
         if result.promoted:
             log.info("claimer.promoted", extra={"count": result.promoted})
         return result.promoted
 
     def _promotion_due(self) -> bool:
-        now = time.monotonic()
-        if now - self._last_promote >= self.settings.poll_interval:
+        now = self.clock.monotonic()
+        if now - self._last_promote >= self.cfg.poll_interval_s:
             return True
         return self._next_due is not None and now >= self._next_due
 
     def _sleep_s(self) -> float:
-        interval = self.settings.poll_interval
-        sleep = random.uniform(interval * 2 / 3, interval * 4 / 3)
+        sleep = jitter(self.cfg.poll_interval_s)
         if self._next_due is not None:
-            sleep = min(sleep, max(self._next_due - time.monotonic(), 0.0) + 0.005)
+            sleep = min(sleep, max(self._next_due - self.clock.monotonic(), 0.0) + 0.005)
         return sleep

@@ -12,27 +12,38 @@ written once it is back; the jobs stay held (and heartbeated) until then.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.models import Job
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire, transient_retries
+from jobsd.store.db import AsyncPool, acquire
+from jobsd.worker.clock import Clock
 from jobsd.worker.executor import Outcome, failure
 from jobsd.worker.holdings import Held, Holdings
+from jobsd.worker.loop import run_loop, through_outage
+from jobsd.worker.mailbox import Mailbox
 from jobsd.worker.stats import DaemonStats
+from jobsd.worker.waker import Waker
 
-__all__ = ["Completer"]
+__all__ = ["Completer", "CompleterSettings"]
 
 log = logging.getLogger(__name__)
 
-_BATCH = 500
+
+@dataclass(frozen=True, slots=True)
+class CompleterSettings:
+    """Who writes (``worker_id``, named in the history of a discarded result) and how many
+    outcomes one statement carries at most."""
+
+    worker_id: str
+    batch_size: int = 500
 
 
 @dataclass(slots=True)
@@ -44,72 +55,69 @@ class _Result:
 
 
 class Completer:
-    """Batch outcome writes and report failed jobs to ``on_failed``."""
+    """Batch outcome writes and report failed jobs to ``on_failed``.
+
+    A written retry (``scheduled``) or a freed concurrency key wakes the claimer.
+    """
 
     def __init__(
         self,
         pool: AsyncPool,
+        cfg: CompleterSettings,
+        clock: Clock,
         holdings: Holdings,
         stats: DaemonStats,
+        waker: Waker,
         on_failed: Callable[[Job], None],
-        *,
-        worker_id: str = "",
-        on_scheduled: Callable[[], None] | None = None,
-        on_key_freed: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
-        self.on_scheduled = on_scheduled
-        self.on_key_freed = on_key_freed
-        self.worker_id = worker_id
+        self.cfg = cfg
+        self.clock = clock
         self.holdings = holdings
         self.stats = stats
+        self.waker = waker
         self.on_failed = on_failed
-        self._pending: list[_Result] = []
-        self._ready = anyio.Event()
+        self._inbox: Mailbox[_Result] = Mailbox()
         # one flush at a time: at shutdown drain() runs while run() may be mid-write, and
         # two writers of the same batch would report written results as discarded
         self._flushing = anyio.Lock()
 
     def submit(self, held: Held, outcome: Outcome) -> None:
         """Queue an outcome for writing; never blocks."""
-        self._pending.append(_Result(held, outcome, held.ctx.take_final()))
-        self._ready.set()
+        self._inbox.put(_Result(held, outcome, held.ctx.take_final()))
 
     @property
     def pending(self) -> int:
         """Return the number of outcomes not yet written."""
-        return len(self._pending)
+        return len(self._inbox)
 
-    async def run(self) -> None:
-        """Write outcomes as they come, until cancelled."""
-        while True:
-            await self._ready.wait()
-            self._ready = anyio.Event()
-            while self._pending:
-                await self.flush_once()
-
-    async def flush_once(self) -> None:
-        """Write up to one batch of pending outcomes, retrying while the database is away."""
+    async def run_once(self) -> int:
+        """Write up to one batch of pending outcomes; return how many were settled
+        (written or discarded). A batch the database did not take stays pending."""
         async with self._flushing:
-            batch = self._pending[:_BATCH]
-            if not batch:
-                return
-            async for attempt in transient_retries("finish"):
-                with attempt:
-                    await self._write(batch)
-            del self._pending[: len(batch)]
+            batch = self._inbox.peek(self.cfg.batch_size)
+            if batch:
+                await self._write(batch)
+                self._inbox.drop(len(batch))
+            return len(batch)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Write outcomes as they come, until cancelled; retry while the database is away."""
+        await run_loop(
+            "finish", self.run_once, self._inbox.wait, self.clock, task_status=task_status
+        )
 
     async def drain(self, timeout_s: float) -> None:
         """Write everything pending, giving up after ``timeout_s`` (at shutdown)."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(timeout_s) as scope:
-            while self._pending:
-                await self.flush_once()
-        if scope.cancelled_caught and self._pending:
+            while self._inbox:
+                await through_outage("finish", self.run_once, self.clock)
+        if scope.cancelled_caught and self._inbox:
             log.error(
                 "completer.results_lost",
                 extra={
-                    "count": len(self._pending),
-                    "job_ids": [str(r.held.job.id) for r in self._pending],
+                    "count": len(self._inbox),
+                    "job_ids": [str(r.held.job.id) for r in self._inbox.peek(len(self._inbox))],
                 },
             )
 
@@ -136,7 +144,7 @@ class Completer:
         # best effort: the result is discarded either way, only the evidence is lost
         try:
             async with acquire(self.pool, "note discarded") as conn:
-                await queries.note_discarded(conn, job_ids, worker_id=self.worker_id)
+                await queries.note_discarded(conn, job_ids, worker_id=self.cfg.worker_id)
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("completer.note_failed", extra={"count": len(job_ids), "error": str(exc)})
 
@@ -179,17 +187,17 @@ class Completer:
                     "job_id": str(job_id),
                     "type": job.type,
                     "status": str(job.status),
-                    "duration_s": round(time.monotonic() - result.held.started_monotonic, 6),
+                    "duration_s": round(self.clock.monotonic() - result.held.started_monotonic, 6),
                 },
             )
             if job.status == "failed":
                 self.on_failed(job)
-            elif job.status == "scheduled" and self.on_scheduled is not None:
+            elif job.status == "scheduled":
                 # a retry with a back-off: let the claimer learn its due time now
-                self.on_scheduled()
-            if job.concurrency_key is not None and self.on_key_freed is not None:
+                self.waker.wake("scheduled")
+            if job.concurrency_key is not None:
                 # the next job of its key may be waiting for exactly this slot
-                self.on_key_freed()
+                self.waker.wake("key")
         return discarded
 
 

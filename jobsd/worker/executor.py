@@ -1,4 +1,12 @@
-"""Run one job's handler and turn whatever happens into an Outcome.
+"""One job's life: take a slot, run the handler, turn whatever happens into an Outcome,
+hand it to the completer.
+
+``JobRunner`` starts each claimed job in a task of its own and owns those tasks: at
+shutdown it gives them ``grace_s``, then cancels what still runs; a cancelled job is
+written back (``queued`` while an ``at_least_once`` type has attempts left, else
+``failed``, reason ``shutdown``). A run whose lease was lost (its handler cancelled by
+the heartbeat) reports ``lease lost``, which the completer discards; a run cancelled on
+request reports ``cancelled``.
 
 A handler exception fails the job at once with a structured cause: the short message
 in ``error`` (at most 2 KiB), the type, full message and traceback in ``report``,
@@ -12,20 +20,34 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import anyio
 import anyio.to_thread
+from anyio.abc import TaskGroup, TaskStatus
 
 from jobsd.context import JobContext
 from jobsd.errors import InvalidPayload
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
-from jobsd.registry import HandlerSpec
+from jobsd.registry import HandlerSpec, Registry
+from jobsd.worker.clock import Clock
+from jobsd.worker.holdings import Held, Holdings
+from jobsd.worker.stats import DaemonStats
 
-__all__ = ["ERROR_MAX_BYTES", "Outcome", "cap_error", "failure", "make_context", "run_handler"]
+__all__ = [
+    "ERROR_MAX_BYTES",
+    "JobRunner",
+    "Outcome",
+    "RunnerSettings",
+    "cap_error",
+    "failure",
+    "make_context",
+    "run_handler",
+]
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +157,97 @@ async def _call(spec: HandlerSpec, ctx: JobContext) -> Any:
         return await spec.func(ctx)
     # A sync handler cannot be interrupted: on cancellation its thread is abandoned.
     return await anyio.to_thread.run_sync(spec.func, ctx, abandon_on_cancel=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    """How long running handlers may take to finish once the daemon stops claiming."""
+
+    grace_s: float
+    """``JOBSD_DRAIN_TIMEOUT``"""
+
+
+class JobRunner:
+    """Start claimed jobs and see each through to an outcome for ``submit`` (the completer)."""
+
+    def __init__(
+        self,
+        cfg: RunnerSettings,
+        clock: Clock,
+        registry: Registry,
+        holdings: Holdings,
+        stats: DaemonStats,
+        submit: Callable[[Held, Outcome], None],
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.registry = registry
+        self.holdings = holdings
+        self.stats = stats
+        self.submit = submit
+        self._tg: TaskGroup | None = None
+        self._closing = anyio.Event()
+
+    def start(self, job: Job) -> None:
+        """Hold a claimed job and run it in a task of its own; ``run`` must be running."""
+        assert self._tg is not None, "JobRunner.start before run"
+        held = self.holdings.add(job, make_context(job))
+        self._tg.start_soon(self._execute, held, name=f"job {job.id}")
+
+    async def run_once(self, job: Job) -> Outcome:
+        """Hold a claimed job, run it here and submit its outcome; return that outcome."""
+        return await self._execute(self.holdings.add(job, make_context(job)))
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Host the handler tasks; after ``close`` wait up to ``grace_s`` for them, cancel
+        the rest and return."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await self._closing.wait()
+            with anyio.move_on_after(self.cfg.grace_s):
+                await self.holdings.wait_idle()
+            tg.cancel_scope.cancel()
+        self._tg = None
+
+    def close(self) -> None:
+        """Start no more jobs: ``run`` gives the running ones ``grace_s``, then cancels them."""
+        self._closing.set()
+
+    def cancel(self) -> None:
+        """Cancel the running handlers now (a second stop request)."""
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    async def _execute(self, held: Held) -> Outcome:
+        job = held.job
+        outcome: Outcome | None = None
+        try:
+            with held.scope:
+                outcome = await run_handler(job, self.registry.get(job.type), held.ctx)
+        except anyio.get_cancelled_exc_class():
+            # shutdown past the grace time: write the job back, then let go
+            self.holdings.release_slot(held)
+            self.submit(held, self._interrupted(job))
+            raise
+        self.holdings.release_slot(held)
+        self.stats.run_s.observe(job.type, self.clock.monotonic() - held.started_monotonic)
+        if outcome is None and held.cancel_requested and not held.lost:
+            outcome = Outcome(status="cancelled", reason="cancel requested")
+        if outcome is None:  # our scope was cancelled: the lease is gone
+            outcome = failure("lease lost", reason="lease lost")
+        self.submit(held, outcome)
+        return outcome
+
+    def _interrupted(self, job: Job) -> Outcome:
+        spec = self.registry.get(job.type)
+        # an interrupted run's outcome is unknown: only at_least_once may run it again
+        if (
+            spec is not None
+            and spec.delivery == "at_least_once"
+            and job.attempts < spec.max_attempts
+        ):
+            return Outcome(status="queued", reason="shutdown")
+        return failure(
+            "interrupted: the daemon shut down before the job finished", reason="shutdown"
+        )

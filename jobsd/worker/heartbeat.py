@@ -11,44 +11,60 @@ cancelled (``ctx.cancelled`` for sync handlers) and is then written ``cancelled`
 from __future__ import annotations
 
 import logging
-import time
+from dataclasses import dataclass
 
 import anyio
+from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable
-from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire
+from jobsd.worker.clock import Clock
 from jobsd.worker.holdings import Holdings
+from jobsd.worker.loop import pause, run_loop
 
-__all__ = ["Heartbeat"]
+__all__ = ["Heartbeat", "HeartbeatSettings"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatSettings:
+    """How often to write progress (``tick_s``) and to stamp every held job (``beat_s``)."""
+
+    tick_s: float
+    """``min(JOBSD_PROGRESS_INTERVAL, beat_s)``"""
+    beat_s: float
+    """``JOBSD_HEARTBEAT_INTERVAL``, at most a third of ``JOBSD_STALE_AFTER``"""
 
 
 class Heartbeat:
     """Keep held jobs alive in the database and flush their progress."""
 
-    def __init__(self, pool: AsyncPool, holdings: Holdings, settings: Settings) -> None:
+    def __init__(
+        self, pool: AsyncPool, cfg: HeartbeatSettings, clock: Clock, holdings: Holdings
+    ) -> None:
         self.pool = pool
+        self.cfg = cfg
+        self.clock = clock
         self.holdings = holdings
-        self.tick_s = min(settings.progress_interval, settings.effective_heartbeat_s)
-        self.beat_s = settings.effective_heartbeat_s
-        self._last_beat = time.monotonic()
+        self._last_beat = clock.monotonic()
 
-    async def run(self) -> None:
-        """Tick until cancelled; a database outage only delays the next write."""
-        while True:
-            await anyio.sleep(self.tick_s)
-            try:
-                await self.run_once()
-            except BackendUnavailable as exc:
-                log.warning("heartbeat.failed", extra={"error": str(exc)})
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Tick every ``tick_s`` (jittered) until cancelled."""
+        await run_loop(
+            "heartbeat",
+            self.run_once,
+            pause(self.cfg.tick_s, self.clock),
+            self.clock,
+            task_status=task_status,
+        )
 
     async def run_once(self, *, force: bool = False) -> int:
-        """Write one tick; return how many jobs were written."""
-        now = time.monotonic()
-        beat = force or now - self._last_beat >= self.beat_s
+        """Write one tick: the pending progress, and on a beat every held job; return
+        how many jobs were written. Progress taken for a write that failed is put back."""
+        now = self.clock.monotonic()
+        beat = force or now - self._last_beat >= self.cfg.beat_s
         rows, taken, sent = [], [], []
         for held in self.holdings:
             if held.lost:

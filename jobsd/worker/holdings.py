@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ import anyio
 
 from jobsd.context import JobContext
 from jobsd.models import Job
+from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["Held", "Holdings"]
 
@@ -29,7 +29,8 @@ class Held:
     """a cancel request reached this run: its handler is cancelled, the job written cancelled"""
     superseded: bool = False
     """this daemon claimed the job again under a new lease: this run can no longer report"""
-    started_monotonic: float = field(default_factory=time.monotonic)
+    started_monotonic: float = 0.0
+    """when the run started, on the daemon's clock"""
 
 
 class Holdings:
@@ -42,8 +43,9 @@ class Holdings:
     claimed again by it while the old run still ends, and the two must not be mixed up.
     """
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, clock: Clock = SYSTEM_CLOCK) -> None:
         self.slots = slots
+        self.clock = clock
         self._held: dict[uuid.UUID, Held] = {}  # by lease id
         self._running = 0
         self._changed = anyio.Event()
@@ -69,7 +71,9 @@ class Holdings:
             if earlier.job.id == job.id:
                 earlier.superseded = True
                 self.mark_lost(earlier)
-        held = Held(job=job, lease_id=job.lease_id, ctx=ctx)
+        held = Held(
+            job=job, lease_id=job.lease_id, ctx=ctx, started_monotonic=self.clock.monotonic()
+        )
         self._held[held.lease_id] = held
         self._running += 1
         return held

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
+from anyio.abc import TaskStatus
 
 from jobsd.models import Job
 from jobsd.registry import Registry
+from jobsd.worker.clock import Clock
+from jobsd.worker.loop import run_loop
+from jobsd.worker.mailbox import Mailbox
 
-__all__ = ["FailHooks"]
+__all__ = ["FailHooks", "HooksSettings"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HooksSettings:
+    """How long one ``on_fail`` hook may take before it is abandoned."""
+
+    timeout_s: float = 30.0
 
 
 class FailHooks:
@@ -23,39 +35,39 @@ class FailHooks:
     the owning module can bring its own state in line (seed 000 §2.3).
     """
 
-    def __init__(self, registry: Registry, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, cfg: HooksSettings, clock: Clock, registry: Registry) -> None:
+        self.cfg = cfg
+        self.clock = clock
         self.registry = registry
-        self.timeout_s = timeout_s
-        self._queue: list[Job] = []
-        self._ready = anyio.Event()
+        self._inbox: Mailbox[Job] = Mailbox()
         self.calls = 0
 
     def submit(self, job: Job) -> None:
         """Queue the hook of a failed job; never blocks."""
         spec = self.registry.get(job.type)
         if spec is not None and spec.on_fail is not None:
-            self._queue.append(job)
-            self._ready.set()
+            self._inbox.put(job)
 
-    async def run(self) -> None:
+    async def run_once(self) -> int:
+        """Call every queued hook now; return how many were called."""
+        called = 0
+        while self._inbox:
+            called += await self._call(self._inbox.take())
+        return called
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Call hooks as jobs fail, until cancelled."""
-        while True:
-            await self._ready.wait()
-            self._ready = anyio.Event()
-            await self.drain()
+        await run_loop(
+            "on_fail hooks", self.run_once, self._inbox.wait, self.clock, task_status=task_status
+        )
 
-    async def drain(self) -> None:
-        """Call every queued hook now."""
-        while self._queue:
-            await self._call(self._queue.pop(0))
-
-    async def _call(self, job: Job) -> None:
+    async def _call(self, job: Job) -> int:
         spec = self.registry.get(job.type)
         if spec is None or spec.on_fail is None:
-            return
+            return 0
         self.calls += 1
         try:
-            with anyio.fail_after(self.timeout_s):
+            with anyio.fail_after(self.cfg.timeout_s):
                 if inspect.iscoroutinefunction(spec.on_fail):
                     await spec.on_fail(job)
                 else:
@@ -66,3 +78,4 @@ class FailHooks:
             log.error(
                 "job.on_fail_error", extra={"job_id": str(job.id), "type": job.type}, exc_info=True
             )
+        return 1

@@ -4,7 +4,7 @@ The lock is a session advisory lock on ``jobsd.worker_lock_key(worker_id)``, hel
 dedicated connection (a twin of the LISTEN connection, which keeps its own
 semantics). It is taken before the row is inserted, so any sweeper that sees the row
 and can take the lock knows the session is gone: the process died, or its
-connection did. The connection is checked every ``death_check_interval``; when it
+connection did. The connection is checked every ``interval_s`` (jittered); when it
 is lost the lock goes with it, and the lifeline reconnects, takes the lock again and
 registers again. Meanwhile a sweeper may have rescued this daemon's jobs: fencing
 (the lease) then discards what the old runs report. A clean stop deletes the row.
@@ -13,105 +13,123 @@ registers again. Meanwhile a sweeper may have rescued this daemon's jobs: fencin
 from __future__ import annotations
 
 import logging
-import os
-import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
-import psycopg
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable, DatabaseError
-from jobsd.store.db import db_errors, transient_retries
-from jobsd.store.queries import run_named
+from jobsd.store import workers
+from jobsd.store.db import AsyncConn
+from jobsd.worker.clock import Clock
+from jobsd.worker.loop import pause, run_loop
 
-__all__ = ["Lifeline"]
+__all__ = ["Lifeline", "LifelineSettings"]
 
 log = logging.getLogger(__name__)
+
+# how long to wait for our own lock, which a sweeper holds while it rescues our old jobs
+_LOCK_WAIT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class LifelineSettings:
+    """What the lifeline needs: who we are, and how often to check the connection."""
+
+    worker_id: str
+    interval_s: float
+    """``JOBSD_DEATH_CHECK_INTERVAL``"""
+    hostname: str
+    pid: int
 
 
 class Lifeline:
     """Hold the worker's registration and lock on a dedicated connection."""
 
-    def __init__(self, url: str, worker_id: str, interval_s: float) -> None:
-        self.url = url
-        self.worker_id = worker_id
-        self.interval_s = interval_s
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[AsyncConn]],
+        cfg: LifelineSettings,
+        clock: Clock,
+    ) -> None:
+        self.connect = connect
+        self.cfg = cfg
+        self.clock = clock
         self.registered = False
         self.registrations = 0
+        self._conn: AsyncConn | None = None
+
+    async def run_once(self) -> bool:
+        """Register when not registered (connect, lock, insert the row); else prove the
+        connection alive (touch the row). Return True when this pass registered.
+
+        A lost connection is dropped, with the registration, and BackendUnavailable
+        raised: the next pass reconnects.
+        """
+        try:
+            if self._conn is None:
+                self._conn = await self.connect()
+            if not self.registered:
+                await self._register(self._conn)
+                return True
+            if not await workers.touch_worker(self._conn, self.cfg.worker_id):
+                # our row was deleted while we held the lock: only by hand; put it back
+                await self._insert_row(self._conn)
+            return False
+        except BackendUnavailable as exc:
+            log.warning("worker.connection_lost", extra={"error": str(exc)})
+            await self._drop()
+            raise
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Register and hold the lock until cancelled; report started once registered."""
-        started = False
-        while True:
-            conn: psycopg.AsyncConnection[object] | None = None
-            async for attempt in transient_retries("worker registration"):
-                with attempt, db_errors("worker connection"):
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.url,
-                        autocommit=True,
-                        application_name="jobsd-lifeline",
-                        keepalives=1,
-                        keepalives_idle=30,
-                        keepalives_interval=10,
-                        keepalives_count=3,
-                    )
-            assert conn is not None
-            try:
-                async with conn:
-                    await self._register(conn)
-                    if not started:
-                        started = True
-                        task_status.started()
-                    try:
-                        await self._hold(conn)
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await self._deregister(conn)
-            except BackendUnavailable as exc:
-                log.warning("worker.connection_lost", extra={"error": str(exc)})
-                await anyio.sleep(0.05)
-            finally:
-                self.registered = False
+        """Register and hold the lock until cancelled; report started once registered.
 
-    async def _register(self, conn: psycopg.AsyncConnection[object]) -> None:
+        On the way out the row is deleted (for at most 5 s) and the connection closed.
+        """
+        await run_loop(
+            "worker registration",
+            self.run_once,
+            pause(self.cfg.interval_s, self.clock),
+            self.clock,
+            task_status=task_status,
+            started_after_first_pass=True,
+            aclose=self.aclose,
+        )
+
+    async def aclose(self) -> None:
+        """Deregister (best effort) and close the connection, which frees the lock."""
+        conn = self._conn
+        if conn is None:
+            return
+        if self.registered:
+            try:
+                with anyio.move_on_after(5):
+                    await workers.deregister_worker(conn, self.cfg.worker_id)
+                    log.info("worker.deregistered", extra={"worker_id": self.cfg.worker_id})
+            except (BackendUnavailable, DatabaseError) as exc:
+                log.warning("worker.deregister_failed", extra={"error": str(exc)})
+        await self._drop()
+
+    async def _register(self, conn: AsyncConn) -> None:
         # the lock first: a row that is visible always has its lock held
-        with anyio.fail_after(30), db_errors(f"lock of worker {self.worker_id!r}"):
-            while True:
-                rows = await run_named(conn, "workers_lock", {"worker_id": self.worker_id})
-                if rows[0]["locked"]:
-                    break
+        with anyio.fail_after(_LOCK_WAIT_S):
+            while not await workers.lock_worker(conn, self.cfg.worker_id):
                 # a sweeper holds it for a moment while it rescues our old jobs
-                await anyio.sleep(0.1)
-            await run_named(
-                conn,
-                "workers_register",
-                {"worker_id": self.worker_id, "hostname": socket.gethostname(), "pid": os.getpid()},
-            )
+                await self.clock.sleep(0.1)
+            await self._insert_row(conn)
         self.registered = True
         self.registrations += 1
-        log.info("worker.registered", extra={"worker_id": self.worker_id})
+        log.info("worker.registered", extra={"worker_id": self.cfg.worker_id})
 
-    async def _hold(self, conn: psycopg.AsyncConnection[object]) -> None:
-        while True:
-            await anyio.sleep(self.interval_s)
-            with db_errors(f"touch of worker {self.worker_id!r}"):
-                rows = await run_named(conn, "workers_touch", {"worker_id": self.worker_id})
-            if not rows:
-                # our row was deleted while we held the lock: only by hand; put it back
-                await run_named(
-                    conn,
-                    "workers_register",
-                    {
-                        "worker_id": self.worker_id,
-                        "hostname": socket.gethostname(),
-                        "pid": os.getpid(),
-                    },
-                )
+    async def _insert_row(self, conn: AsyncConn) -> None:
+        await workers.register_worker(
+            conn, self.cfg.worker_id, hostname=self.cfg.hostname, pid=self.cfg.pid
+        )
 
-    async def _deregister(self, conn: psycopg.AsyncConnection[object]) -> None:
-        try:
-            with anyio.move_on_after(5), db_errors(f"deregistration of {self.worker_id!r}"):
-                await run_named(conn, "workers_deregister", {"worker_id": self.worker_id})
-                log.info("worker.deregistered", extra={"worker_id": self.worker_id})
-        except (BackendUnavailable, DatabaseError) as exc:
-            log.warning("worker.deregister_failed", extra={"error": str(exc)})
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        self.registered = False
+        if conn is not None:
+            with anyio.CancelScope(shield=True):
+                await conn.close()

@@ -8,57 +8,116 @@ the connection was down are lost, and an immediate poll makes up for them.
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable
-from jobsd.store.listen import notifications, open_listen_connection
+from jobsd.store.db import AsyncConn
+from jobsd.store.listen import notifications
+from jobsd.worker.clock import Clock
+from jobsd.worker.loop import run_loop
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.waker import Waker
 
-__all__ = ["CHANNEL", "Listener"]
+__all__ = ["CHANNEL", "Listener", "ListenerSettings"]
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "jobsd"
 
 
-class Listener:
-    """Hold the LISTEN connection and turn notifications into wake-ups."""
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """The queues whose notifications wake the claimer; empty is every queue."""
 
-    def __init__(self, url: str, queues: list[str], waker: Waker, stats: DaemonStats) -> None:
-        self.url = url
-        self.queues = frozenset(queues)
+    queues: frozenset[str]
+
+
+class Listener:
+    """Hold the LISTEN connection and turn notifications into wake-ups.
+
+    ``connect`` opens a connection that already LISTENs on ``CHANNEL``.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[AsyncConn]],
+        cfg: ListenerSettings,
+        clock: Clock,
+        waker: Waker,
+        stats: DaemonStats,
+    ) -> None:
+        self.connect = connect
+        self.cfg = cfg
+        self.clock = clock
         self.waker = waker
         self.stats = stats
         self.connected = False
+        self._conn: AsyncConn | None = None
+        self._connections = 0
+
+    async def run_once(self, *, timeout_s: float = 0.0, stop_after: int | None = None) -> int:
+        """Connect when not connected (which wakes the claimer), then relay the
+        notifications that arrive within ``timeout_s`` (or the first ``stop_after``);
+        return how many woke the claimer."""
+        if self._conn is None:
+            await self._connect()
+        return await self._relay(timeout_s, stop_after)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen forever, reconnecting with back-off; report started once first connected."""
-        started = False
-        first = True
-        while True:
-            conn = await open_listen_connection(
-                self.url, CHANNEL, application_name="jobsd-listen", operation="listen"
-            )
-            try:
-                async with conn:
-                    self.connected = True
-                    if not first:
-                        self.stats.reconnects += 1
-                        log.info("listener.reconnected")
-                    first = False
-                    self.waker.wake("reconnect")
-                    if not started:
-                        started = True
-                        task_status.started()
-                    async for queue in notifications(conn, "listen"):
-                        if not self.queues or queue in self.queues:
-                            self.stats.last_notify_monotonic = time.monotonic()
-                            self.waker.wake("notify")
-            except BackendUnavailable as exc:
-                log.warning("listener.lost", extra={"error": str(exc)})
-            finally:
-                self.connected = False
+        """Listen until cancelled, reconnecting through outages; report started once
+        first connected."""
+        await run_loop(
+            "listen",
+            self._connect_or_relay,
+            anyio.lowlevel.checkpoint,
+            self.clock,
+            task_status=task_status,
+            started_after_first_pass=True,
+            aclose=self.aclose,
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection."""
+        conn, self._conn = self._conn, None
+        self.connected = False
+        if conn is not None:
+            await conn.close()
+
+    async def _connect_or_relay(self) -> int:
+        # a pass of run(): connect, or relay until the connection drops
+        if self._conn is None:
+            await self._connect()
+            return 0
+        return await self._relay(None, None)
+
+    async def _connect(self) -> None:
+        self._conn = await self.connect()
+        self.connected = True
+        self._connections += 1
+        if self._connections > 1:
+            self.stats.reconnects += 1
+            log.info("listener.reconnected")
+        self.waker.wake("reconnect")
+
+    async def _relay(self, timeout_s: float | None, stop_after: int | None) -> int:
+        assert self._conn is not None
+        woken = 0
+        try:
+            async for queue in notifications(
+                self._conn, "listen", timeout_s=timeout_s, stop_after=stop_after
+            ):
+                if not self.cfg.queues or queue in self.cfg.queues:
+                    self.stats.last_notify_monotonic = self.clock.monotonic()
+                    self.waker.wake("notify")
+                    woken += 1
+        except BackendUnavailable as exc:
+            log.warning("listener.lost", extra={"error": str(exc)})
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+        return woken

@@ -4,8 +4,9 @@ The sd_notify protocol is one datagram per message on the unix socket named by
 ``$NOTIFY_SOCKET`` (a path, or ``@name`` for the abstract namespace). Outside systemd
 the variable is unset and every function here does nothing and returns False.
 
-``Watchdog`` pings ``WATCHDOG=1`` at half the interval systemd asks for
-(``WatchdogSec=`` in the unit, seen here as ``$WATCHDOG_USEC``), and only while the
+``Watchdog`` pings ``WATCHDOG=1`` about every third of the interval systemd asks for
+(``WatchdogSec=`` in the unit, seen here as ``$WATCHDOG_USEC``; jittered, never later
+than 4/9 of it), and only while the
 ``health`` callable says the daemon is useful, so systemd restarts a daemon that is
 alive but stuck. A blocked event loop stops the pings by itself.
 """
@@ -17,12 +18,17 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskStatus
 
+from jobsd.worker.clock import Clock
+from jobsd.worker.loop import pause, run_loop
+
 __all__ = [
     "Watchdog",
+    "WatchdogSettings",
     "notify",
     "ready",
     "status",
@@ -104,6 +110,18 @@ def watchdog_interval_s(environ: Mapping[str, str] | None = None) -> float | Non
     return usec / 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class WatchdogSettings:
+    """The watchdog timeout systemd set, in seconds; None when there is no watchdog."""
+
+    interval_s: float | None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> WatchdogSettings:
+        """Read ``$WATCHDOG_USEC`` (see ``watchdog_interval_s``)."""
+        return cls(watchdog_interval_s(environ))
+
+
 class Watchdog:
     """Ping the systemd watchdog while ``health()`` says the daemon is useful.
 
@@ -114,13 +132,14 @@ class Watchdog:
 
     def __init__(
         self,
+        cfg: WatchdogSettings,
+        clock: Clock,
         health: Callable[[], bool | Awaitable[bool]],
-        *,
-        interval_s: float | None = None,
     ) -> None:
-        """Use ``interval_s`` as the watchdog timeout; None reads it from the environment."""
+        self.cfg = cfg
+        self.clock = clock
         self.health = health
-        self.interval_s = interval_s if interval_s is not None else watchdog_interval_s()
+        self.interval_s = cfg.interval_s
         self.healthy = True
         self.pings = 0
         self.last_problem: str | None = None
@@ -160,10 +179,15 @@ class Watchdog:
         return sent
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Ping every half interval until cancelled; return at once when there is no watchdog."""
-        task_status.started()
+        """Ping about every third of the interval until cancelled; return at once when
+        there is no watchdog."""
         if self.interval_s is None:
+            task_status.started()
             return
-        while True:
-            await self.run_once()
-            await anyio.sleep(self.interval_s / 2)
+        await run_loop(
+            "watchdog",
+            self.run_once,
+            pause(self.interval_s / 3, self.clock),
+            self.clock,
+            task_status=task_status,
+        )

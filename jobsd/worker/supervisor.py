@@ -13,32 +13,34 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
 import signal
-import time
+import socket
 from collections.abc import Callable
 
 import anyio
-from anyio.abc import TaskGroup
 
 from jobsd.errors import ConfigError
 from jobsd.http import serve as serve_http
 from jobsd.http.settings import HttpSettings
-from jobsd.models import Job
 from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
-from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire, make_async_pool
+from jobsd.store import api, workers
+from jobsd.store.connect import make_async_pool
+from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.listen import open_listen_connection
 from jobsd.worker import sdnotify
-from jobsd.worker.claimer import Claimer
-from jobsd.worker.completer import Completer
-from jobsd.worker.executor import Outcome, failure, make_context, run_handler
-from jobsd.worker.heartbeat import Heartbeat
-from jobsd.worker.holdings import Held, Holdings
-from jobsd.worker.hooks import FailHooks
-from jobsd.worker.lifeline import Lifeline
-from jobsd.worker.listener import Listener
+from jobsd.worker.claimer import Claimer, ClaimerSettings
+from jobsd.worker.clock import SYSTEM_CLOCK, Clock
+from jobsd.worker.completer import Completer, CompleterSettings
+from jobsd.worker.executor import JobRunner, RunnerSettings
+from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
+from jobsd.worker.holdings import Holdings
+from jobsd.worker.hooks import FailHooks, HooksSettings
+from jobsd.worker.lifeline import Lifeline, LifelineSettings
+from jobsd.worker.listener import CHANNEL, Listener, ListenerSettings
 from jobsd.worker.stats import DaemonStats
-from jobsd.worker.sweeper import Sweeper
+from jobsd.worker.sweeper import Sweeper, SweeperSettings
 from jobsd.worker.waker import Waker
 
 __all__ = ["Daemon", "import_handlers"]
@@ -60,7 +62,8 @@ def import_handlers(modules: list[str]) -> None:
 class Daemon:
     """One worker process: N slots, a LISTEN connection, and the services around them.
 
-    Build it inside the event loop that runs it.
+    Build it inside the event loop that runs it. It only wires the services (each gets
+    its slice of the settings and the clock) and starts and stops them.
     """
 
     def __init__(
@@ -69,47 +72,98 @@ class Daemon:
         registry: Registry | None = None,
         *,
         http: HttpSettings | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not settings.database_url:
             raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        url = settings.database_url
         self.settings = settings
         self.http = http if http is not None else HttpSettings()
         self.registry = registry or default_registry
+        self.clock = clock
         self.stats = DaemonStats()
         self.waker = Waker()
-        self.holdings = Holdings(settings.slots)
+        self.holdings = Holdings(settings.slots, clock)
         self.pool: AsyncPool = make_async_pool(
-            settings.database_url,
-            name="daemon",
-            min_size=2,
-            max_size=max(settings.pool_size, 4),
-            timeout_s=10.0,
+            url, name="daemon", min_size=2, max_size=max(settings.pool_size, 4), timeout_s=10.0
         )
-        self.hooks = FailHooks(self.registry)
+        self.hooks = FailHooks(HooksSettings(), clock, self.registry)
         self.completer = Completer(
             self.pool,
+            CompleterSettings(worker_id=settings.worker_id),
+            clock,
             self.holdings,
             self.stats,
+            self.waker,
             self.hooks.submit,
-            worker_id=settings.worker_id,
-            on_scheduled=lambda: self.waker.wake("scheduled"),
-            on_key_freed=lambda: self.waker.wake("key"),
         )
-        self.heartbeat = Heartbeat(self.pool, self.holdings, settings)
-        self.sweeper = Sweeper(self.pool, settings, self.registry, self.stats, self.hooks.submit)
-        self.listener = Listener(settings.database_url, settings.queues, self.waker, self.stats)
-        self.lifeline = Lifeline(
-            settings.database_url, settings.worker_id, settings.death_check_interval
+        self.runner = JobRunner(
+            RunnerSettings(grace_s=settings.drain_timeout),
+            clock,
+            self.registry,
+            self.holdings,
+            self.stats,
+            self.completer.submit,
         )
-        self._jobs_tg: TaskGroup | None = None
         self.claimer = Claimer(
             self.pool,
-            settings,
+            ClaimerSettings(
+                worker_id=settings.worker_id,
+                queues=tuple(settings.queues),
+                poll_interval_s=settings.poll_interval,
+            ),
+            clock,
             self.registry,
             self.holdings,
             self.waker,
             self.stats,
-            self._start_job,
+            self.runner.start,
+        )
+        self.heartbeat = Heartbeat(
+            self.pool,
+            HeartbeatSettings(
+                tick_s=min(settings.progress_interval, settings.effective_heartbeat_s),
+                beat_s=settings.effective_heartbeat_s,
+            ),
+            clock,
+            self.holdings,
+        )
+        self.sweeper = Sweeper(
+            self.pool,
+            SweeperSettings(
+                worker_id=settings.worker_id,
+                death_check_interval_s=settings.death_check_interval,
+                sweep_interval_s=settings.sweep_interval,
+                stale_after_s=settings.stale_after,
+                default_max_attempts=settings.default_max_attempts,
+            ),
+            clock,
+            self.registry,
+            self.stats,
+            self.hooks.submit,
+        )
+        self.listener = Listener(
+            functools.partial(
+                open_listen_connection,
+                url,
+                CHANNEL,
+                application_name="jobsd-listen",
+                operation="listen",
+            ),
+            ListenerSettings(queues=frozenset(settings.queues)),
+            clock,
+            self.waker,
+            self.stats,
+        )
+        self.lifeline = Lifeline(
+            functools.partial(workers.open_worker_connection, url),
+            LifelineSettings(
+                worker_id=settings.worker_id,
+                interval_s=settings.death_check_interval,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+            ),
+            clock,
         )
         self._start_scope = anyio.CancelScope()
         self._claim_scope = anyio.CancelScope()
@@ -129,15 +183,14 @@ class Daemon:
         if self.settings.notify and not self.listener.connected:
             return False
         async with acquire(self.pool, "watchdog check") as conn:
-            await queries.run_named(conn, "api_ping", {})
+            await api.ping(conn)
         return True
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
         if self.stopping:
             # second request: stop waiting for running handlers
-            if self._jobs_tg is not None:
-                self._jobs_tg.cancel_scope.cancel()
+            self.runner.cancel()
             return
         self.stopping = True
         sdnotify.stopping()
@@ -175,14 +228,12 @@ class Daemon:
                     # be owned by a worker whose death the sweeper can prove
                     await services.start(self.lifeline.run)
                 if not self.stopping:
-                    services.start_soon(self.completer.run)
-                    services.start_soon(self.heartbeat.run)
-                    services.start_soon(self.sweeper.run)
-                    services.start_soon(self.hooks.run)
+                    for service in (self.completer, self.heartbeat, self.sweeper, self.hooks):
+                        await services.start(service.run)
                     await self._run_jobs()
                     await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
                     with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                        await self.hooks.drain()
+                        await self.hooks.run_once()
                 services.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -190,56 +241,14 @@ class Daemon:
         log.info("daemon.stopped", extra={"worker_id": self.settings.worker_id})
 
     async def _run_jobs(self) -> None:
-        async with anyio.create_task_group() as jobs_tg:
-            self._jobs_tg = jobs_tg
+        """Claim until stopped; then the runner gives running handlers the drain timeout."""
+        async with anyio.create_task_group() as jobs:
+            await jobs.start(self.runner.run)
             with self._claim_scope:
                 self._ready.set()
                 log.info("daemon.ready", extra={"worker_id": self.settings.worker_id})
                 await self.claimer.run()
-            # no more claims: give running handlers the drain timeout
-            with anyio.move_on_after(self.settings.drain_timeout):
-                await self.holdings.wait_idle()
-            jobs_tg.cancel_scope.cancel()
-        self._jobs_tg = None
-
-    def _start_job(self, job: Job) -> None:
-        assert self._jobs_tg is not None
-        ctx = make_context(job)
-        held = self.holdings.add(job, ctx)
-        self._jobs_tg.start_soon(self._execute, held, name=f"job {job.id}")
-
-    async def _execute(self, held: Held) -> None:
-        job = held.job
-        outcome: Outcome | None = None
-        try:
-            with held.scope:
-                outcome = await run_handler(job, self.registry.get(job.type), held.ctx)
-        except anyio.get_cancelled_exc_class():
-            # shutdown past the drain timeout: write the job back, then let go
-            self.holdings.release_slot(held)
-            self.completer.submit(held, self._interrupted(job))
-            raise
-        self.holdings.release_slot(held)
-        self.stats.run_s.observe(job.type, time.monotonic() - held.started_monotonic)
-        if outcome is None and held.cancel_requested and not held.lost:
-            outcome = Outcome(status="cancelled", reason="cancel requested")
-        if outcome is None:  # our scope was cancelled: the lease is gone
-            self.completer.submit(held, failure("lease lost", reason="lease lost"))
-            return
-        self.completer.submit(held, outcome)
-
-    def _interrupted(self, job: Job) -> Outcome:
-        spec = self.registry.get(job.type)
-        # an interrupted run's outcome is unknown: only at_least_once may run it again
-        if (
-            spec is not None
-            and spec.delivery == "at_least_once"
-            and job.attempts < spec.max_attempts
-        ):
-            return Outcome(status="queued", reason="shutdown")
-        return failure(
-            "interrupted: the daemon shut down before the job finished", reason="shutdown"
-        )
+            self.runner.close()
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -261,7 +270,8 @@ def run_daemon(settings: Settings, *, on_ready: Callable[[], None] | None = None
             if on_ready is not None:
                 on_ready()
             # systemd arms the watchdog at READY; pings stop while the daemon is useless
-            await sdnotify.Watchdog(daemon.healthy).run()
+            watchdog = sdnotify.WatchdogSettings.from_environment()
+            await sdnotify.Watchdog(watchdog, daemon.clock, daemon.healthy).run()
 
         async with anyio.create_task_group() as tg:
             # a daemon stopped before it was ready never sets `ready`: do not wait for it

@@ -1,11 +1,12 @@
 """Rescue running jobs whose owner died or stopped heartbeating.
 
 Model: every daemon holds a session advisory lock for its worker id while it lives
-(``lifeline.py``). Every ``death_check_interval`` the sweeper tries the lock of each
-other registered worker; one it can take is dead, proven: its running jobs are
-rescued at once and its row deleted. Owners that are alive but hung are caught by
+(``lifeline.py``). Every ``death_check_interval`` (jittered) the sweeper tries the
+lock of each other registered worker; one it can take is dead, proven: its running
+jobs are rescued at once and its row deleted. Owners that are alive but hung are caught by
 the heartbeat: a running job whose ``progress.updated_at`` (else ``started_at``) is
-older than ``stale_after`` is rescued too (checked every ``sweep_interval``).
+older than ``stale_after`` is rescued too (checked at start, then every
+``sweep_interval``, jittered).
 
 A rescue follows the type's delivery. ``at_least_once``: back to ``queued`` while
 attempts remain, else ``failed`` with ``max attempts exceeded``. ``at_most_once``:
@@ -22,27 +23,45 @@ from __future__ import annotations
 
 import inspect
 import logging
-import random
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import assert_never
 
 import anyio
 import anyio.to_thread
+from anyio.abc import TaskStatus
 
-from jobsd.errors import BackendUnavailable
 from jobsd.models import Job
 from jobsd.recovery import AMBIGUOUS, Recovery
 from jobsd.registry import Registry
-from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire
+from jobsd.worker.clock import Clock
+from jobsd.worker.loop import pause, run_loop
 from jobsd.worker.stats import DaemonStats
 
-__all__ = ["Sweeper"]
+__all__ = ["SweepCounts", "Sweeper", "SweeperSettings"]
 
 log = logging.getLogger(__name__)
+
+SweepCounts = Counter[str]
+"""how many jobs a pass moved to each status"""
+
+
+@dataclass(frozen=True, slots=True)
+class SweeperSettings:
+    """Who sweeps, how often, and what counts as stale."""
+
+    worker_id: str
+    death_check_interval_s: float
+    sweep_interval_s: float
+    stale_after_s: float
+    default_max_attempts: int
+    """for a job whose type has no handler here"""
+    recover_timeout_s: float = 30.0
+    """how long a type's ``recover`` hook may take"""
 
 
 class Sweeper:
@@ -51,39 +70,53 @@ class Sweeper:
     def __init__(
         self,
         pool: AsyncPool,
-        settings: Settings,
+        cfg: SweeperSettings,
+        clock: Clock,
         registry: Registry,
         stats: DaemonStats,
         on_failed: Callable[[Job], None],
     ) -> None:
         self.pool = pool
-        self.settings = settings
+        self.cfg = cfg
+        self.clock = clock
         self.registry = registry
         self.stats = stats
         self.on_failed = on_failed
 
-    async def run_once(self, *, now: datetime | None = None) -> Counter[str]:
+    async def run_once(self, *, now: datetime | None = None) -> SweepCounts:
         """Do one pass (dead owners, then stale heartbeats); return how many jobs went
-        to each status. Safe to repeat."""
+        to each status. Safe to repeat. ``now`` overrides the clock's."""
         counts = await self.check_deaths()
         counts.update(await self.sweep_stale(now=now))
         return counts
 
-    async def check_deaths(self) -> Counter[str]:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Sweep at start, then check deaths every ``death_check_interval_s`` and
+        heartbeats every ``sweep_interval_s`` (both jittered), until cancelled."""
+        async with anyio.create_task_group() as tg:
+            for operation, step, interval_s in (
+                ("death check", self.check_deaths, self.cfg.death_check_interval_s),
+                ("sweep", self.sweep_stale, self.cfg.sweep_interval_s),
+            ):
+                wait = pause(interval_s, self.clock)
+                tg.start_soon(run_loop, operation, step, wait, self.clock)
+            task_status.started()
+
+    async def check_deaths(self) -> SweepCounts:
         """Rescue the jobs of every registered worker whose lock is free; return counts."""
         async with acquire(self.pool, "death check") as conn:
             found = await queries.sweep_dead_workers(
                 conn,
-                worker_id=self.settings.worker_id,
+                worker_id=self.cfg.worker_id,
                 max_attempts=self.registry.max_attempts(),
                 delivery=self.registry.deliveries(),
-                default_max_attempts=self.settings.default_max_attempts,
+                default_max_attempts=self.cfg.default_max_attempts,
             )
         for dead in found.dead_workers:
             log.info("worker.dead", extra={"dead_worker_id": dead})
         return await self._rescued(found.jobs)
 
-    async def _rescued(self, jobs: list[Job]) -> Counter[str]:
+    async def _rescued(self, jobs: list[Job]) -> SweepCounts:
         settled = []
         for job in jobs:
             if job.status == "recovery_required":
@@ -104,7 +137,7 @@ class Sweeper:
         hook = spec.recover
         answer: Recovery = AMBIGUOUS
         try:
-            with anyio.fail_after(30):
+            with anyio.fail_after(self.cfg.recover_timeout_s):
                 if inspect.iscoroutinefunction(hook):
                     answer = await hook(job)
                 else:
@@ -135,14 +168,14 @@ class Sweeper:
                 job.id,
                 status=status,
                 reason=reason,
-                actor=self.settings.worker_id,
+                actor=self.cfg.worker_id,
                 report=answer.report,
                 error=error,
             )
         return written or job
 
-    def _count(self, jobs: list[Job]) -> Counter[str]:
-        counts: Counter[str] = Counter()
+    def _count(self, jobs: list[Job]) -> SweepCounts:
+        counts: SweepCounts = Counter()
         for job in jobs:
             counts[str(job.status)] += 1
             self.stats.swept[str(job.status)] += 1
@@ -159,31 +192,17 @@ class Sweeper:
                 self.on_failed(job)
         return counts
 
-    async def run(self) -> None:
-        """Sweep at start, then check deaths every ``death_check_interval`` and
-        heartbeats every ``sweep_interval`` (both jittered), until cancelled."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._loop, self.check_deaths, self.settings.death_check_interval)
-            tg.start_soon(self._loop, self.sweep_stale, self.settings.sweep_interval)
-
-    async def sweep_stale(self, *, now: datetime | None = None) -> Counter[str]:
-        """Rescue the running jobs whose heartbeat is older than ``stale_after``."""
+    async def sweep_stale(self, *, now: datetime | None = None) -> SweepCounts:
+        """Rescue the running jobs whose heartbeat is older than ``stale_after_s``
+        (as of ``now``, else the clock's)."""
         async with acquire(self.pool, "sweep") as conn:
             jobs = await queries.sweep_stale(
                 conn,
-                worker_id=self.settings.worker_id,
-                stale_after_s=self.settings.stale_after,
+                worker_id=self.cfg.worker_id,
+                stale_after_s=self.cfg.stale_after_s,
                 max_attempts=self.registry.max_attempts(),
                 delivery=self.registry.deliveries(),
-                default_max_attempts=self.settings.default_max_attempts,
-                now=now,
+                default_max_attempts=self.cfg.default_max_attempts,
+                now=now if now is not None else self.clock.sql_now(),
             )
         return await self._rescued(jobs)
-
-    async def _loop(self, step: Callable[[], Awaitable[Counter[str]]], interval: float) -> None:
-        while True:
-            try:
-                await step()
-            except BackendUnavailable as exc:
-                log.warning("sweeper.failed", extra={"error": str(exc)})
-            await anyio.sleep(random.uniform(0.8 * interval, 1.2 * interval))

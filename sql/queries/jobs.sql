@@ -228,7 +228,8 @@ RETURNING j.*;
 
 -- name: jobs_promote_due
 -- Scheduled jobs whose time has come become queued (the requeue trigger notifies);
--- also say when the next one is due, so the claimer can sleep until then.
+-- also say when the next one is due (and in how many seconds, on the database's
+-- clock), so the claimer can sleep until then.
 WITH due AS (
   SELECT id FROM jobsd.jobs
   WHERE status = 'scheduled' AND run_after <= coalesce(%(now)s::timestamptz, now())
@@ -240,9 +241,13 @@ promoted AS (
   FROM due WHERE j.id = due.id
   RETURNING j.id)
 SELECT (SELECT count(*) FROM promoted) AS promoted,
-       (SELECT min(run_after) FROM jobsd.jobs
-        WHERE status = 'scheduled'
-          AND run_after > coalesce(%(now)s::timestamptz, now())) AS next_due;
+       n.next_due,
+       -- how long until then on the database's clock: the daemon's own clock may differ
+       extract(epoch FROM n.next_due - coalesce(%(now)s::timestamptz, now()))::float8
+         AS next_due_in_s
+FROM (SELECT min(run_after) AS next_due FROM jobsd.jobs
+      WHERE status = 'scheduled'
+        AND run_after > coalesce(%(now)s::timestamptz, now())) AS n;
 
 -- name: jobs_cancel
 -- Cancel a job: queued, scheduled or blocked ones at once; a running one gets a

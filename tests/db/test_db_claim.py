@@ -12,7 +12,8 @@ import pytest
 from dbcheck import count_jobs, history, job_row
 from support.jobs import make_jobs
 
-from jobsd import JobSpec, SyncClient
+from jobsd import SyncClient
+from jobsd.client import JobSpec
 from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow
@@ -191,12 +192,14 @@ async def test_odd_progress_of_one_job_does_not_fail_the_heartbeat(
     a, b = await _claim(aconn, "w1")
     assert a.lease_id is not None and b.lease_id is not None
 
-    alive = await queries.heartbeat(
-        aconn,
-        [
-            queries.HeartbeatRow(a.id, a.lease_id, {"done": 3}),
-            queries.HeartbeatRow(b.id, b.lease_id, {"file": "x\x00\udcff", "k\x00": 1}),
-        ],
+    alive = set(
+        await queries.heartbeat_v2(
+            aconn,
+            [
+                queries.HeartbeatRow(a.id, a.lease_id, {"done": 3}),
+                queries.HeartbeatRow(b.id, b.lease_id, {"file": "x\x00\udcff", "k\x00": 1}),
+            ],
+        )
     )
 
     assert alive == {a.id, b.id}

@@ -16,8 +16,10 @@ import psycopg
 import pytest
 from dbcheck import count_jobs, history
 
-from jobsd import DatabaseError, DuplicateJob, Job, JobSpec, JobStatus, SyncClient, UnknownQueue
-from jobsd.client import Statement, enqueue_plan
+from jobsd import Job, JobStatus, SyncClient, UnknownQueue
+from jobsd.client import JobSpec
+from jobsd.errors import DatabaseError, DuplicateJob
+from jobsd.store.enqueue import Statement, enqueue_plan
 from jobsd.store.queries import run_named_sync
 
 

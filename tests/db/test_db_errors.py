@@ -13,16 +13,9 @@ import psycopg
 import pytest
 from dbcheck import count_jobs
 
-from jobsd import (
-    BackendUnavailable,
-    Client,
-    InvalidPayload,
-    OutcomeUnknown,
-    PayloadTooLarge,
-    SyncClient,
-    UnknownQueue,
-)
+from jobsd import BackendUnavailable, Client, OutcomeUnknown, SyncClient, UnknownQueue
 from jobsd.dev.embedded import EmbeddedPostgres
+from jobsd.errors import InvalidPayload, PayloadTooLarge
 from jobsd.settings import Settings
 from jobsd.store.migrate import migrate_sync
 

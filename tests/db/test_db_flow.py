@@ -14,14 +14,9 @@ from dbcheck import Listener, count_jobs, history, job_row
 from psycopg import sql
 from support.jobs import make_jobs
 
-from jobsd import (
-    Client,
-    JobSpec,
-    QueueFull,
-    SyncClient,
-    TransientConflict,
-    UnknownDependency,
-)
+from jobsd import Client, QueueFull, SyncClient
+from jobsd.client import JobSpec
+from jobsd.errors import TransientConflict, UnknownDependency
 from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from dbcheck import history, job_row
 
-from jobsd import JobSpec
+from jobsd.client import JobSpec
 from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow, HeartbeatRow
@@ -132,12 +132,14 @@ async def test_a_fresh_heartbeat_keeps_a_job_from_the_sweeper(aconn: Conn, conn:
     await aconn.execute(
         "UPDATE jobsd.jobs SET started_at = now() - interval '1 hour' WHERE id = %s", (job.id,)
     )
-    alive = await queries.heartbeat(
-        aconn,
-        [
-            HeartbeatRow(job.id, run.lease_id, {"done": 5}),
-            HeartbeatRow(uuid.uuid4(), uuid.uuid4(), None),
-        ],
+    alive = set(
+        await queries.heartbeat_v2(
+            aconn,
+            [
+                HeartbeatRow(job.id, run.lease_id, {"done": 5}),
+                HeartbeatRow(uuid.uuid4(), uuid.uuid4(), None),
+            ],
+        )
     )
     assert alive == {job.id}
 

@@ -11,8 +11,10 @@ import psycopg
 import pytest
 from dbcheck import Listener, count_jobs
 
-from jobsd import Client, DuplicateJob, JobSpec, JobStatus, SyncClient, UnknownQueue
-from jobsd.store import queries
+from jobsd import Client, JobStatus, SyncClient, UnknownQueue
+from jobsd.client import JobSpec
+from jobsd.errors import DuplicateJob
+from jobsd.store import admin, queries
 
 
 def _spec(i: int, **kw: Any) -> JobSpec:
@@ -155,8 +157,8 @@ async def test_notifications_off_sends_nothing_but_still_records_history(
     listener: Callable[[], Listener],
 ) -> None:
     watch = listener()
-    await queries.set_notify(aconn, False)
-    assert await queries.notify_enabled(aconn) is False
+    await admin.set_notify(aconn, False)
+    assert await admin.notify_enabled(aconn) is False
 
     async with Client(db_url) as client:
         await client.enqueue_many([_spec(i) for i in range(10)])
@@ -178,8 +180,8 @@ async def test_notifications_off_sends_nothing_but_still_records_history(
     assert watch.collect(conn) == []
     assert conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone() == (13,)
 
-    await queries.set_notify(aconn, True)
-    assert await queries.notify_enabled(aconn) is True
+    await admin.set_notify(aconn, True)
+    assert await admin.notify_enabled(aconn) is True
     async with Client(db_url) as client:
         await client.enqueue("t", {}, org_id="o")
     assert watch.collect(conn) == ["default"]

@@ -15,7 +15,7 @@ from psycopg import sql
 from support import jobs
 from support.waiting import wait_until
 
-from jobsd import Client, JobsdError, QueueExists, QueueInfo, QueueNotEmpty, UnknownQueue
+from jobsd import Client, JobsdError, UnknownQueue
 from jobsd.admin.queues import (
     UNCHANGED,
     create_queue,
@@ -26,6 +26,8 @@ from jobsd.admin.queues import (
     resume_queue,
     set_queue_limits,
 )
+from jobsd.errors import QueueExists, QueueNotEmpty
+from jobsd.models import QueueInfo
 
 
 def make_job(

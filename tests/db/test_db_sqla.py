@@ -15,8 +15,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from jobsd import JobStatus, PayloadTooLarge, UnknownQueue
+from jobsd import JobStatus, UnknownQueue
 from jobsd.contrib import sqlalchemy as sqla
+from jobsd.errors import PayloadTooLarge
 
 
 def _sqla_url(db_url: str) -> URL:

@@ -11,12 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import jobsd
 from jobsd.http.protocols import DaemonView
+from jobsd.registry import Registry
 
 pytestmark = pytest.mark.anyio
 
 
-def make_registry() -> jobsd.Registry:
-    reg = jobsd.Registry()
+def make_registry() -> Registry:
+    reg = Registry()
 
     @jobsd.handler("ok", registry=reg)
     async def ok(ctx: jobsd.JobContext) -> dict[str, Any]:

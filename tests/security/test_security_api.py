@@ -20,11 +20,11 @@ import pytest
 
 from jobsd.client import Client, JobSpec, SyncClient
 from jobsd.errors import DuplicateJob
-from jobsd.http import queries as api_queries
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
 from jobsd.http.tokens import create_token
 from jobsd.settings import Settings
+from jobsd.store import api as api_queries
 from jobsd.store import queries
 from jobsd.store.db import make_async_pool
 from jobsd.worker.executor import ERROR_MAX_BYTES

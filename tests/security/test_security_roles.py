@@ -17,6 +17,7 @@ import jobsd
 from jobsd.admin.roles import RoleNames, check_sees_all_orgs, create_roles, drop_roles
 from jobsd.cli import main as jobsd_main
 from jobsd.errors import ConfigError, DatabaseError, JobNotFound
+from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.migrate import migrate_sync, migration_status_sync
@@ -183,7 +184,7 @@ def test_owner_runs_migrations_and_others_cannot(roles: Roles) -> None:
 
 @pytest.mark.anyio
 async def test_enqueue_work_and_read_under_their_roles(roles: Roles) -> None:
-    registry = jobsd.Registry()
+    registry = Registry()
 
     @jobsd.handler("t", registry=registry)
     async def t(ctx: jobsd.JobContext) -> dict[str, Any]:

@@ -27,9 +27,10 @@ from support.daemon import running_daemon
 import jobsd
 from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.errors import ConfigError
-from jobsd.security import check_connection_security
+from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store.migrate import migrate_sync
+from jobsd.store.tls import check_connection_security
 
 from .conftest import FAST, wait_until
 
@@ -169,7 +170,7 @@ async def test_jobs_run_end_to_end_over_tls_with_a_password(tls_server: TlsServe
     check_connection_security(url, allow_insecure=False)
     await anyio.to_thread.run_sync(migrate_sync, url)  # as the database owner, over TLS
 
-    registry = jobsd.Registry()
+    registry = Registry()
 
     @jobsd.handler("t", registry=registry)
     async def t(ctx: jobsd.JobContext) -> dict[str, Any]:

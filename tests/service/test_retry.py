@@ -70,7 +70,10 @@ async def test_a_matching_error_is_retried_after_the_backoff_until_it_succeeds(
         "SELECT at FROM jobsd.job_events WHERE job_id = %s ORDER BY id", (job.id,)
     )
     at = [r["at"] for r in await cur.fetchall()]
-    assert (at[4] - at[2]).total_seconds() >= 0.3, "the back-off was respected"
+    # the back-off was respected: the second run started no earlier than its run_after
+    # (an event's `at` is the clock when its row was written, later than the now() that
+    # run_after was computed from, so the gap between two events may be a hair shorter)
+    assert at[4] >= waiting["run_after"], "the back-off was respected"
     await assert_history_complete_async(db)
 
 

@@ -64,7 +64,8 @@ def history_problems(
                     f"{job_id}: gap {before['to_status']!r} then "
                     f"{after['from_status']!r} -> {after['to_status']!r}"
                 )
-            if before["to_status"] in TERMINAL:
+            # a discard note on an ended job leaves its state as it is
+            if before["to_status"] in TERMINAL and not _is_note(after):
                 problems.append(f"{job_id}: left terminal state {before['to_status']!r}")
             if after["attempt"] < before["attempt"]:
                 problems.append(f"{job_id}: attempt went down to {after['attempt']}")
@@ -82,6 +83,13 @@ def history_problems(
             )
     problems.extend(f"{job_id}: events of a missing job" for job_id in chains)
     return problems
+
+
+def _is_note(event: Mapping[str, Any]) -> bool:
+    """Tell a fencing note (from = to, a discarded result) from a transition."""
+    return event["from_status"] == event["to_status"] and str(event.get("reason") or "").startswith(
+        "result discarded"
+    )
 
 
 def _report(problems: list[str], jobs: int) -> None:

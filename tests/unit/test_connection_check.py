@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
 
 from jobsd.errors import ConfigError
-from jobsd.security import (
+from jobsd.store.tls import (
     SecuritySettings,
     allow_insecure,
     check_connection_security,
@@ -138,7 +139,7 @@ def test_require_secure_connection_raises_or_warns(
         require_secure_connection(url)
 
     monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "1")
-    with caplog.at_level(logging.WARNING, logger="jobsd.security"):
+    with caplog.at_level(logging.WARNING, logger="jobsd.store.tls"):
         assert require_secure_connection(url) == "TCP host db.example.com with sslmode=disable"
     warnings = [
         r for r in caplog.records if r.getMessage() == "security.insecure_connection_allowed"
@@ -147,6 +148,28 @@ def test_require_secure_connection_raises_or_warns(
     assert "sslmode=disable" in warnings[0].__dict__["reason"]
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="jobsd.security"):
+    with caplog.at_level(logging.WARNING, logger="jobsd.store.tls"):
         assert require_secure_connection("postgresql://db.example.com/jobs?sslmode=require") is None
     assert not caplog.records  # nothing to warn about
+
+
+def test_connect_warns_once_per_url_and_trusts_the_dev_cluster(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jobsd.store.connect import check_url, trust_local_cluster
+
+    url = f"postgresql://app@db.example.com/jobs_{uuid.uuid4().hex}?sslmode=disable"
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "1")
+    with caplog.at_level(logging.WARNING, logger="jobsd.store.tls"):
+        assert check_url(url) == "TCP host db.example.com with sslmode=disable"
+        assert check_url(url) == "TCP host db.example.com with sslmode=disable"
+    assert [r.getMessage() for r in caplog.records] == ["security.insecure_connection_allowed"]
+
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "0")
+    with pytest.raises(ConfigError, match="refusing an unencrypted database connection"):
+        check_url(url)  # warned once: still refused once the setting is gone
+    local = f"postgresql://postgres@127.0.0.1:1/dev_{uuid.uuid4().hex}"
+    with pytest.raises(ConfigError):
+        check_url(local)
+    trust_local_cluster(local)  # what `jobsd dev` does for the cluster it started
+    assert check_url(local) is None

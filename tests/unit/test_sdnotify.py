@@ -13,7 +13,8 @@ import anyio.lowlevel
 import pytest
 
 from jobsd.worker import sdnotify
-from jobsd.worker.sdnotify import Watchdog, watchdog_interval_s
+from jobsd.worker.clock import SYSTEM_CLOCK
+from jobsd.worker.sdnotify import Watchdog, WatchdogSettings, watchdog_interval_s
 
 
 class FakeSystemd:
@@ -105,7 +106,7 @@ def test_watchdog_interval_from_environment() -> None:
 @pytest.mark.anyio
 async def test_watchdog_run_once_pings_only_while_healthy(fake_systemd: FakeSystemd) -> None:
     healthy = [True]
-    dog = Watchdog(lambda: healthy[0], interval_s=10)
+    dog = Watchdog(WatchdogSettings(10), SYSTEM_CLOCK, lambda: healthy[0])
     assert await dog.run_once() is True
     assert fake_systemd.receive() == "WATCHDOG=1"
     healthy[0] = False
@@ -132,11 +133,11 @@ async def test_watchdog_async_health_crash_or_slowness_is_unhealthy(
     def crashes() -> bool:
         raise RuntimeError("health check crashed")
 
-    assert await Watchdog(database_answers, interval_s=10).run_once() is True
-    crashing = Watchdog(crashes, interval_s=10)
+    assert await Watchdog(WatchdogSettings(10), SYSTEM_CLOCK, database_answers).run_once() is True
+    crashing = Watchdog(WatchdogSettings(10), SYSTEM_CLOCK, crashes)
     assert await crashing.run_once() is False
     assert crashing.last_problem == "health check failed: RuntimeError: health check crashed"
-    hanging = Watchdog(database_hangs, interval_s=0.4)
+    hanging = Watchdog(WatchdogSettings(0.4), SYSTEM_CLOCK, database_hangs)
     with anyio.fail_after(2):  # cut at a quarter of the interval
         assert await hanging.run_once() is False
     assert hanging.last_problem == "health check slower than 0.1 s"
@@ -161,7 +162,7 @@ async def test_watchdog_service_stops_pinging_when_unhealthy(
                 sick_checks_seen.set()
         return healthy
 
-    dog = Watchdog(health)
+    dog = Watchdog(WatchdogSettings.from_environment(), SYSTEM_CLOCK, health)
     assert dog.interval_s == 0.1
     async with anyio.create_task_group() as tg:
         await tg.start(dog.run)
@@ -183,4 +184,5 @@ async def test_watchdog_service_stops_pinging_when_unhealthy(
 async def test_watchdog_service_returns_without_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WATCHDOG_USEC", raising=False)
     with anyio.fail_after(1):
-        await Watchdog(lambda: True).run()  # nothing to do: returns at once
+        no_watchdog = WatchdogSettings.from_environment()
+        await Watchdog(no_watchdog, SYSTEM_CLOCK, lambda: True).run()  # nothing to do: returns

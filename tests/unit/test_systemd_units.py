@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from jobsd.http.settings import HttpSettings
-from jobsd.security import SecuritySettings, check_connection_security
 from jobsd.settings import Settings, parse_duration
+from jobsd.store.tls import SecuritySettings, check_connection_security
 
 SYSTEMD_DIR = Path(__file__).resolve().parents[2] / "systemd"
 UNITS = ("jobsd.service", "jobsd@.service")

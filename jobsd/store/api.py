@@ -4,7 +4,8 @@ Every function takes a connection from the API's pool and translates psycopg err
 with ``db_errors``, naming the operation and the id. Every query on jobs runs through
 ``run_for_org``: the org goes into ``jobsd.org_id`` in the same implicit transaction,
 so row-level security (migration 0003) backs up the ``WHERE org_id`` of each query
-when the API runs as the enqueue or the read role.
+when the API runs as the enqueue or the read role. The API's submit and cancel use
+``run_for_org`` too (``store.enqueue``, ``store.queries.cancel_job``).
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsd.models import Job, JobStatus
-from jobsd.store.db import db_errors
-from jobsd.store.queries import run_named, sql_text
+from jobsd.models import JobStatus
+from jobsd.store.db import AsyncConn, db_errors
+from jobsd.store.named import Row, run_named, sql_text
 
 __all__ = [
-    "CancelResult",
     "Cursor",
-    "cancel_job",
     "get_job_row",
     "health_row",
     "job_status",
@@ -35,17 +34,12 @@ __all__ = [
     "run_for_org",
 ]
 
-Row = dict[str, Any]
-# the actor recorded in job_events for changes made through the API
-API_ACTOR = "api"
-
-
 _PIPELINE = psycopg.AsyncPipeline.is_supported()
 
 
 async def run_for_org(
-    conn: psycopg.AsyncConnection[Any],
-    org_id: str,
+    conn: AsyncConn,
+    org_id: str | None,
     name: str,
     params: dict[str, Any],
     *,
@@ -53,7 +47,9 @@ async def run_for_org(
 ) -> list[Row]:
     """Run a named query with ``jobsd.org_id`` set to ``org_id``, in one round trip.
 
-    ``api_set_org``, the ``before`` statements and the query are pipelined and
+    ``org_id`` None sets no org: for the owner and worker roles, which see every
+    org's jobs (an operator's cancel). ``api_set_org``, the ``before`` statements
+    (e.g. ``admin_set_actor``) and the query are pipelined and
     followed by one Sync: Postgres runs them in one implicit transaction, which
     commits at the Sync. The transaction-local setting ends with it, so a pooled
     connection never carries an org into the next request. ``conn`` is idle
@@ -61,14 +57,15 @@ async def run_for_org(
     (an enqueue with dependencies): then the setting lasts until that transaction
     ends. Any error rolls all of it back.
     """
-    if not org_id:
+    if org_id is not None and not org_id:
         raise ValueError("org must be a non-empty string")
     async with conn.cursor(row_factory=dict_row) as cur:
         # Without pipeline support (a libpq older than 14): an explicit transaction,
         # same effect, three more round trips.
         scope = conn.pipeline() if _PIPELINE else conn.transaction()
         async with scope:
-            await conn.execute(sql_text("api_set_org"), {"org_id": org_id})
+            if org_id is not None:
+                await conn.execute(sql_text("api_set_org"), {"org_id": org_id})
             for setup, setup_params in before:
                 await conn.execute(sql_text(setup), setup_params)
             await cur.execute(sql_text(name), params)
@@ -83,18 +80,14 @@ class Cursor:
     id: uuid.UUID
 
 
-async def get_job_row(
-    conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
-) -> Row | None:
+async def get_job_row(conn: AsyncConn, job_id: uuid.UUID, org_id: str) -> Row | None:
     """Read one job of one org with its history (``h_*`` arrays), or None."""
     with db_errors(f"read of job {job_id}"):
         rows = await run_for_org(conn, org_id, "api_jobs_get", {"id": job_id, "org_id": org_id})
     return rows[0] if rows else None
 
 
-async def job_status(
-    conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
-) -> JobStatus | None:
+async def job_status(conn: AsyncConn, job_id: uuid.UUID, org_id: str) -> JobStatus | None:
     """Read only the status of one job of one org, or None."""
     with db_errors(f"read of the status of job {job_id}"):
         rows = await run_for_org(conn, org_id, "api_jobs_status", {"id": job_id, "org_id": org_id})
@@ -102,7 +95,7 @@ async def job_status(
 
 
 async def list_job_rows(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncConn,
     org_id: str,
     *,
     after: Cursor | None,
@@ -125,59 +118,21 @@ async def list_job_rows(
         return await run_for_org(conn, org_id, "api_jobs_list", params)
 
 
-@dataclass(frozen=True, slots=True)
-class CancelResult:
-    """The job after a cancel request, and whether this request cancelled it (or asked
-    its running owner to)."""
-
-    job: Job | None
-    cancelled_now: bool
-    requested: bool = False
-
-
-async def cancel_job(
-    conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, org_id: str
-) -> CancelResult:
-    """Cancel a job that has not started, or request the cancel of a running one; else
-    return it as it is (None: no such job in this org).
-
-    ``jobs_cancel`` runs with the org and the actor set, in one round trip; only when it
-    changed nothing is the job read back.
-    """
-    params = {"id": job_id, "org_id": org_id, "reason": "cancelled by API"}
-    with db_errors(f"cancel of job {job_id}"):
-        rows = await run_for_org(
-            conn,
-            org_id,
-            "jobs_cancel",
-            params,
-            before=[("admin_set_actor", {"worker_id": API_ACTOR})],
-        )
-        if rows:
-            running = rows[0]["previous"] == "running"
-            return CancelResult(Job.from_row(rows[0]), cancelled_now=not running, requested=running)
-        rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
-    job = Job.from_row(rows[0]) if rows and rows[0]["org_id"] == org_id else None
-    return CancelResult(job, cancelled_now=False)
-
-
-async def _bounded(conn: psycopg.AsyncConnection[Any], name: str, timeout_s: float) -> list[Row]:
+async def _bounded(conn: AsyncConn, name: str, timeout_s: float) -> list[Row]:
     async with conn.transaction():
         timeout_ms = str(max(int(timeout_s * 1000), 1))
         await run_named(conn, "api_set_statement_timeout", {"timeout_ms": timeout_ms})
         return await run_named(conn, name, {})
 
 
-async def queue_depth(
-    conn: psycopg.AsyncConnection[Any], *, timeout_s: float
-) -> list[tuple[str, str, int]]:
+async def queue_depth(conn: AsyncConn, *, timeout_s: float) -> list[tuple[str, str, int]]:
     """Count queued, scheduled and running jobs by queue (zeros included)."""
     with db_errors("queue depth"):
         rows = await _bounded(conn, "api_jobs_depth", timeout_s)
     return [(r["queue"], r["status"], int(r["jobs"])) for r in rows]
 
 
-async def health_row(conn: psycopg.AsyncConnection[Any], *, timeout_s: float) -> Row:
+async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:
     """Read the health report's figures (see ``api_health_report``)."""
     with db_errors("health report"):
         rows = await _bounded(conn, "api_health_report", timeout_s)
@@ -188,7 +143,7 @@ async def health_row(conn: psycopg.AsyncConnection[Any], *, timeout_s: float) ->
     return row
 
 
-async def ping(conn: psycopg.AsyncConnection[Any]) -> bool:
+async def ping(conn: AsyncConn) -> bool:
     """Run a trivial query."""
     with db_errors("ping"):
         rows = await run_named(conn, "api_ping", {})

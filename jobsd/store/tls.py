@@ -76,10 +76,12 @@ def check_connection_security(url: str, *, allow_insecure: bool) -> None:
         raise ConfigError(f"refusing an unencrypted database connection: {reason}; {_HOW_TO_FIX}")
 
 
-def require_secure_connection(url: str) -> str | None:
+def require_secure_connection(url: str, *, warn: bool = True) -> str | None:
     """Check ``url`` against ``JOBSD_ALLOW_INSECURE``: raise, or log a warning when allowed.
 
-    Return why the connection is insecure when it is allowed anyway, else None.
+    Return why the connection is insecure when it is allowed anyway, else None. With
+    ``warn`` false the warning is left to the caller (``store.connect`` logs it once
+    per URL).
     """
     allowed = allow_insecure()
     try:
@@ -92,7 +94,8 @@ def require_secure_connection(url: str) -> str | None:
         return None
     if not allowed:
         raise ConfigError(f"refusing an unencrypted database connection: {reason}; {_HOW_TO_FIX}")
-    log.warning("security.insecure_connection_allowed", extra={"reason": reason})
+    if warn:
+        log.warning("security.insecure_connection_allowed", extra={"reason": reason})
     return reason
 
 

@@ -1,0 +1,159 @@
+"""A job to create: the options every enqueue entry point takes, checked and serialized once.
+
+``EnqueueOptions`` is the one list of enqueue options: ``jobsd.enqueue``,
+``Client.enqueue``, ``SyncClient.enqueue``, ``jobsd.contrib.sqlalchemy.enqueue``,
+the HTTP submit and ``jobsd enqueue`` all take it (``**options``) and hand it to
+``JobSpec.build``, which checks it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypedDict, Unpack
+
+from jobsd.ids import uuid7
+from jobsd.jsonsafe import encode_object
+
+__all__ = ["MAX_DEPENDENCIES", "PRIORITY_MAX", "PRIORITY_MIN", "EnqueueOptions", "JobSpec"]
+
+# Bounds of a job's priority (lower runs first) and of its dependency list.
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
+MAX_DEPENDENCIES = 1_000
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of an enqueue, all optional (the type, payload and org are arguments)."""
+
+    queue: str
+    """A declared queue (``default`` when left out)."""
+    dedup_key: str | None
+    """At most one pending job of the org holds it: a hit returns that job."""
+    run_after: datetime | None
+    """Not before this time (timezone-aware)."""
+    job_id: uuid.UUID | str | None
+    """The job's id, chosen by the caller: a retried enqueue can never make two jobs."""
+    priority: int
+    """Lower runs first, FIFO within a priority (-1,000,000 to 1,000,000; 0)."""
+    concurrency_key: str | None
+    """Jobs sharing it run at most their limit at once (1 unless the type or queue says)."""
+    depends_on: Iterable[uuid.UUID | str]
+    """Job ids that must all succeed first (``blocked`` until then; fails if one fails)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job to create, checked and serialized."""
+
+    id: uuid.UUID
+    type: str
+    org_id: str
+    queue: str
+    payload_json: str
+    dedup_key: str | None
+    run_after: datetime | None
+    # the id was given by the caller, or an earlier attempt may have committed it
+    id_may_exist: bool
+    priority: int = 0
+    concurrency_key: str | None = None
+    depends_on: tuple[uuid.UUID, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        type: str,
+        payload: dict[str, Any] | None,
+        *,
+        org_id: str,
+        max_payload_bytes: int | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> JobSpec:
+        """Check and serialize the arguments of an enqueue (raises InvalidPayload, ValueError).
+
+        An option that is not one of ``EnqueueOptions`` is a TypeError, as a misspelt
+        keyword argument would be.
+        """
+        unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"unknown enqueue option {unknown[0]!r}")
+        if not type:
+            raise ValueError("job type must be a non-empty string")
+        if not org_id:
+            raise ValueError("org_id must be a non-empty string")
+        run_after = options.get("run_after")
+        if run_after is not None and run_after.tzinfo is None:
+            raise ValueError("run_after must be timezone-aware")
+        priority = options.get("priority", 0)
+        if (
+            not isinstance(priority, int)
+            or isinstance(priority, bool)
+            or not PRIORITY_MIN <= priority <= PRIORITY_MAX
+        ):
+            raise ValueError(
+                f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, "
+                f"got {priority!r}"
+            )
+        concurrency_key = options.get("concurrency_key")
+        if concurrency_key is not None and (
+            not concurrency_key or len(concurrency_key.encode("utf-8", "surrogatepass")) > 255
+        ):
+            raise ValueError("concurrency_key must be a non-empty string of at most 255 bytes")
+        text = encode_object(
+            {} if payload is None else payload, what="payload", max_bytes=max_payload_bytes
+        )
+        job_id = options.get("job_id")
+        given = uuid.UUID(str(job_id)) if job_id is not None else None
+        deps = _dependency_ids(options.get("depends_on", ()))
+        if given is not None and given in deps:
+            raise ValueError(f"job {given} cannot depend on itself")
+        return cls(
+            id=given or uuid7(),
+            type=type,
+            org_id=org_id,
+            queue=options.get("queue", "default"),
+            payload_json=text,
+            dedup_key=options.get("dedup_key"),
+            run_after=run_after,
+            id_may_exist=given is not None,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            depends_on=deps,
+        )
+
+    @property
+    def operation(self) -> str:
+        """Name the enqueue in error messages."""
+        return f"enqueue of {self.type!r} into queue {self.queue!r}"
+
+    def insert_params(self, *, blocked: bool = False) -> dict[str, Any]:
+        """Return the parameters of ``jobs_insert``."""
+        return {
+            "id": self.id,
+            "org_id": self.org_id,
+            "type": self.type,
+            "queue": self.queue,
+            "dedup_key": self.dedup_key,
+            "payload": self.payload_json,
+            "run_after": self.run_after,
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "blocked": blocked,
+        }
+
+
+def _dependency_ids(depends_on: Iterable[uuid.UUID | str]) -> tuple[uuid.UUID, ...]:
+    if isinstance(depends_on, (str, uuid.UUID)):
+        depends_on = [depends_on]
+    ids: list[uuid.UUID] = []
+    for value in depends_on:
+        try:
+            key = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+        except ValueError:
+            raise ValueError(f"depends_on: {value!r} is not a job id") from None
+        if key not in ids:
+            ids.append(key)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ValueError(f"depends_on: at most {MAX_DEPENDENCIES} jobs, got {len(ids)}")
+    return tuple(ids)

@@ -1,0 +1,165 @@
+"""Open every connection and create every pool: the TLS policy, keepalives, application_name.
+
+Every connection jobsd opens comes from here (commands, the daemon, the API, the
+client's pools, migrations, snapshots), so none can skip the TLS check of
+``store.tls``: a plaintext TCP connection is refused with ConfigError unless
+``JOBSD_ALLOW_INSECURE`` is set, and then a warning is logged once per URL. A
+connection the caller made (``conn=``, a SQLAlchemy Session) is the caller's and is
+not checked.
+
+TCP keepalives are on for every connection: a dead peer is noticed in about a minute
+instead of never (LISTEN and lock connections idle for hours). Each connection is
+named ``jobsd-<role>`` in ``pg_stat_activity``. A failure to connect is
+BackendUnavailable naming the operation (``db_errors``), translated once, here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from jobsd.store.db import AsyncPool, SyncPool, db_errors
+from jobsd.store.tls import require_secure_connection
+
+__all__ = [
+    "check_url",
+    "connect",
+    "connect_async",
+    "make_async_pool",
+    "make_sync_pool",
+    "open_connection_async",
+    "trust_local_cluster",
+]
+
+OwnConn = psycopg.Connection[DictRow]
+OwnAsyncConn = psycopg.AsyncConnection[DictRow]
+
+_KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+# a failed reconnect of a pool is retried on the next demand after this long at most
+_POOL_RECONNECT_TIMEOUT_S = 10.0
+
+_warned: set[str] = set()
+_trusted: set[str] = set()
+
+
+def trust_local_cluster(url: str) -> None:
+    """Accept plaintext TCP to ``url`` from now on, in this process, without a warning.
+
+    For the throwaway cluster that ``jobsd dev`` starts itself on 127.0.0.1: it is
+    local and dies with the process, so ``JOBSD_ALLOW_INSECURE`` is not asked for.
+    """
+    _trusted.add(url)
+
+
+def check_url(url: str) -> str | None:
+    """Apply the TLS policy to ``url``: raise ConfigError, or say why it is allowed though
+    insecure (None when it is secure).
+
+    Commands that start long-running work call it first, so a refusal is their first
+    word; every connection and pool of this module calls it anyway.
+    """
+    if url in _trusted:
+        return None
+    reason = require_secure_connection(url, warn=url not in _warned)
+    if reason is not None:
+        _warned.add(url)
+    return reason
+
+
+def _params(url: str, application_name: str) -> dict[str, Any]:
+    check_url(url)
+    return {"application_name": application_name, **_KEEPALIVES}
+
+
+@contextmanager
+def connect(
+    url: str, *, application_name: str, operation: str, autocommit: bool = True
+) -> Iterator[OwnConn]:
+    """Open a one-off sync connection (dict rows) for the block, and close it after.
+
+    A failure to connect is BackendUnavailable naming ``operation``.
+    """
+    params = _params(url, application_name)
+    with db_errors(operation):
+        conn = psycopg.Connection.connect(
+            url, autocommit=autocommit, row_factory=dict_row, **params
+        )
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+async def open_connection_async(url: str, *, application_name: str, operation: str) -> OwnAsyncConn:
+    """Open a long-lived async autocommit connection (dict rows); the caller closes it.
+
+    For dedicated connections (LISTEN, locks) that outlive one block of code.
+    """
+    params = _params(url, application_name)
+    with db_errors(operation):
+        return await psycopg.AsyncConnection.connect(
+            url, autocommit=True, row_factory=dict_row, **params
+        )
+
+
+@asynccontextmanager
+async def connect_async(
+    url: str, *, application_name: str, operation: str
+) -> AsyncIterator[OwnAsyncConn]:
+    """Open a one-off async autocommit connection (dict rows) for the block."""
+    conn = await open_connection_async(url, application_name=application_name, operation=operation)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def make_async_pool(
+    url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
+) -> AsyncPool:
+    """Create (unopened) an async pool of autocommit connections named ``jobsd-<name>``.
+
+    A failed reconnect is retried on the next demand. Connections are autocommit: a
+    single statement commits on its own in one round trip; multi-statement work opens
+    an explicit ``conn.transaction()``.
+    """
+    return AsyncConnectionPool(
+        url,
+        connection_class=psycopg.AsyncConnection[DictRow],
+        **_pool_options(url, name, min_size, max_size, timeout_s),
+    )
+
+
+def make_sync_pool(
+    url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
+) -> SyncPool:
+    """Create (unopened) a sync pool, for threads and scripts; see ``make_async_pool``."""
+    return ConnectionPool(
+        url,
+        connection_class=psycopg.Connection[DictRow],
+        **_pool_options(url, name, min_size, max_size, timeout_s),
+    )
+
+
+def _pool_options(
+    url: str, name: str, min_size: int, max_size: int, timeout_s: float
+) -> dict[str, Any]:
+    return {
+        "kwargs": {"autocommit": True, "row_factory": dict_row, **_params(url, f"jobsd-{name}")},
+        "min_size": min_size,
+        "max_size": max_size,
+        "name": name,
+        "timeout": timeout_s,
+        "reconnect_timeout": _POOL_RECONNECT_TIMEOUT_S,
+        "open": False,
+    }

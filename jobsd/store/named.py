@@ -1,0 +1,41 @@
+"""Run the named statements of ``sql/queries`` (private to ``jobsd.store``).
+
+Code outside ``jobsd.store`` calls the typed function of a statement (``store.queries``,
+``store.api``, ...), never a statement by its name. Connections may be jobsd's own
+(dict rows) or a caller's (any row factory): every run opens its own dict-row cursor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import dict_row
+
+from jobsd.store.sqlfiles import load_queries
+
+__all__ = ["Row", "run_named", "run_named_sync", "sql_text"]
+
+Row = dict[str, Any]
+
+
+def sql_text(name: str) -> LiteralString:
+    """Return the text of the named statement ``name``."""
+    # The text comes from our own shipped files, never from input.
+    return load_queries()[name]
+
+
+async def run_named(
+    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
+) -> list[Row]:
+    """Execute a named statement on an async connection and return its rows as dicts."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql_text(name), params)
+        return await cur.fetchall() if cur.description else []
+
+
+def run_named_sync(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[Row]:
+    """Execute a named statement on a sync connection and return its rows as dicts."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(sql_text(name), params)
+        return cur.fetchall() if cur.description else []

@@ -1,0 +1,59 @@
+"""One typed function per statement of ``sql/queries/workers.sql`` that the daemon's
+lifeline runs: its registration, its lock and its liveness.
+
+The lifeline runs them on its dedicated connection (``open_worker_connection``): the
+worker lock is a session lock and lives exactly as long as that connection does.
+"""
+
+from __future__ import annotations
+
+from jobsd.store.connect import open_connection_async
+from jobsd.store.db import AsyncConn, db_errors, transient_retries
+from jobsd.store.named import run_named
+
+__all__ = [
+    "deregister_worker",
+    "lock_worker",
+    "open_worker_connection",
+    "register_worker",
+    "touch_worker",
+]
+
+
+async def open_worker_connection(url: str) -> AsyncConn:
+    """Open the lifeline's dedicated connection, retrying with back-off while the
+    database is away."""
+    operation = "worker connection"
+    async for attempt in transient_retries(operation):
+        with attempt:
+            return await open_connection_async(
+                url, application_name="jobsd-lifeline", operation=operation
+            )
+    raise AssertionError("unreachable: transient_retries never stops")
+
+
+async def lock_worker(conn: AsyncConn, worker_id: str) -> bool:
+    """Try the worker's session lock; False while another session holds it."""
+    with db_errors(f"lock of worker {worker_id!r}"):
+        rows = await run_named(conn, "workers_lock", {"worker_id": worker_id})
+    return bool(rows[0]["locked"])
+
+
+async def register_worker(conn: AsyncConn, worker_id: str, *, hostname: str, pid: int) -> None:
+    """Insert the worker's row (or stamp it when it exists)."""
+    params = {"worker_id": worker_id, "hostname": hostname, "pid": pid}
+    with db_errors(f"registration of worker {worker_id!r}"):
+        await run_named(conn, "workers_register", params)
+
+
+async def touch_worker(conn: AsyncConn, worker_id: str) -> bool:
+    """Stamp the worker's row; False when the row is gone (deleted by hand)."""
+    with db_errors(f"touch of worker {worker_id!r}"):
+        rows = await run_named(conn, "workers_touch", {"worker_id": worker_id})
+    return bool(rows)
+
+
+async def deregister_worker(conn: AsyncConn, worker_id: str) -> None:
+    """Delete the worker's row (a clean stop)."""
+    with db_errors(f"deregistration of {worker_id!r}"):
+        await run_named(conn, "workers_deregister", {"worker_id": worker_id})

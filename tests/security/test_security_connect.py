@@ -1,0 +1,80 @@
+"""Every way jobsd connects applies the TLS policy: no command or client skips the check.
+
+The test server listens on plaintext TCP; with ``JOBSD_ALLOW_INSECURE=0`` every
+connection jobsd would open to it must be refused, before anything is read or
+written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from support.jobs import make_job
+
+from jobsd.cli import main as jobsd_main
+from jobsd.client import Client, SyncClient
+from jobsd.errors import ConfigError
+from jobsd.store.migrate import migrate_sync
+
+REFUSED = "refusing an unencrypted database connection"
+QUEUED_JOB = uuid.UUID("01970f3a-1c2b-7d4e-8f00-123456789abc")
+
+COMMANDS = [
+    ["migrate"],
+    ["enqueue", "noop", "--org", "acme"],
+    ["status", str(QUEUED_JOB)],
+    ["cancel", str(QUEUED_JOB)],
+    ["resolve", str(QUEUED_JOB), "--failed"],
+    ["notify", "off"],
+    ["token", "create", "--org", "acme"],
+    ["token", "revoke", str(uuid.uuid4())],
+    ["token", "list"],
+]
+
+
+def _state(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+    """Return what a command could change: jobs and their states, tokens, the switch."""
+    jobs = conn.execute("SELECT id, status FROM jobsd.jobs ORDER BY id").fetchall()
+    events = conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone()
+    tokens = conn.execute("SELECT id, revoked_at FROM jobsd.api_tokens ORDER BY id").fetchall()
+    notify = conn.execute(
+        "SELECT tgenabled FROM pg_trigger WHERE tgname = 'jobs_notify_insert'"
+    ).fetchone()
+    return (jobs, events, tokens, notify)
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: " ".join(args[:2]))
+def test_every_command_that_connects_refuses_plaintext_tcp(
+    db_url: str, conn: psycopg.Connection[Any], args: list[str]
+) -> None:
+    make_job(conn, id=QUEUED_JOB, org_id="acme", type="noop")
+    before = _state(conn)
+    env = {"JOBSD_DATABASE_URL": db_url, "JOBSD_ALLOW_INSECURE": "0"}
+    result = CliRunner().invoke(jobsd_main, args, env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jobsd: error: "), result.output
+    assert REFUSED in lines[0]
+    assert _state(conn) == before
+
+
+def test_clients_and_migrations_refuse_plaintext_tcp(
+    db_url: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "0")
+    with pytest.raises(ConfigError, match=REFUSED):
+        Client(db_url)
+    with pytest.raises(ConfigError, match=REFUSED):
+        SyncClient(db_url)
+    with pytest.raises(ConfigError, match=REFUSED):
+        migrate_sync(db_url)
+    assert conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (0,)
+
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "1")  # what the test session runs with
+    with SyncClient(db_url) as client:
+        job = client.enqueue("noop", org_id="acme")
+    assert conn.execute("SELECT id FROM jobsd.jobs").fetchall() == [(job.id,)]
