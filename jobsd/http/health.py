@@ -126,6 +126,7 @@ async def build_report(backend: ApiBackend) -> HealthReport:
             "last_vacuum_at": row.get("last_vacuum_at"),
             "oldest_xact_age_s": row.get("oldest_xact_age_s"),
             "oldest_prepared_xact_age_s": row.get("oldest_prepared_xact_age_s"),
+            "notify_queue_usage": row.get("notify_queue_usage"),
             "last_notify_age_s": _age(daemon.stats.last_notify_monotonic) if daemon else None,
             "last_done_notify_age_s": (
                 _age(backend.waiter.last_notify_monotonic) if backend.started else None
@@ -162,6 +163,12 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 f"{what} has been open {age:.0f} s (over {http.health_xact_age_warn:g} s): "
                 "it holds back vacuum of the jobs table"
             )
+    usage = report.notify_queue_usage
+    if usage is not None and usage > http.health_notify_queue_warn:
+        warnings.append(
+            f"the NOTIFY queue is {usage:.0%} full (over {http.health_notify_queue_warn:.0%}): "
+            "a session that LISTENs is stuck in a transaction; at 100 % enqueues fail"
+        )
     if not waiter_connected:
         warnings.append("this API's LISTEN connection is down: long-polls end at their deadline")
     if daemon is not None and daemon.settings.notify and not daemon.listener.connected:

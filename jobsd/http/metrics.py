@@ -43,11 +43,13 @@ class JobsdCollector(Collector):
     def __init__(self, backend: ApiBackend) -> None:
         self.backend = backend
         self._depth: list[tuple[str, str, int]] | None = None
+        self._notify_usage: float | None = None
 
     async def refresh(self) -> None:
         """Read queue depth from the database (call before generating the exposition)."""
         backend = self.backend
         self._depth = None
+        self._notify_usage = None
         if not backend.started:
             return
         try:
@@ -56,6 +58,13 @@ class JobsdCollector(Collector):
             )
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.depth_unavailable", extra={"error": str(exc)})
+            return
+        try:
+            self._notify_usage = await backend.read(
+                "notify queue usage", api.notify_queue_usage, timeout_s=backend.http.ready_timeout
+            )
+        except (BackendUnavailable, DatabaseError) as exc:
+            log.warning("metrics.notify_usage_unavailable", extra={"error": str(exc)})
 
     def collect(self) -> Iterable[Metric]:
         """Yield the metric families."""
@@ -69,6 +78,12 @@ class JobsdCollector(Collector):
             for queue, status, count in self._depth:
                 depth.add_metric([queue, status], count)
             yield depth
+        if self._notify_usage is not None:
+            yield GaugeMetricFamily(
+                "jobsd_notification_queue_usage",
+                "Share of the cluster's NOTIFY queue in use (0 to 1).",
+                value=self._notify_usage,
+            )
         yield GaugeMetricFamily(
             "jobsd_database_up",
             "1 if the queue-depth query of this scrape succeeded.",

@@ -272,6 +272,11 @@ class HealthReport(BaseModel):
         description="Age of the oldest open transaction in this database (holds back vacuum)."
     )
     oldest_prepared_xact_age_s: float | None
+    notify_queue_usage: float | None = Field(
+        default=None,
+        description="Share of the cluster's NOTIFY queue in use (0 to 1); a listener left "
+        "in an open transaction fills it, and at 1 enqueues that notify fail.",
+    )
     last_notify_age_s: float | None = Field(
         description="Time since the attached daemon last received a NOTIFY (null: none yet, "
         "or no daemon attached)."

@@ -64,6 +64,9 @@ class HttpSettings(BaseSettings):
     health_xact_age_warn: Duration = 300.0
     """The health report warns when a transaction has been open longer than this."""
 
+    health_notify_queue_warn: float = Field(default=0.5, ge=0, le=1)
+    """The health report warns when the NOTIFY queue is fuller than this share."""
+
     @field_validator("http_addr")
     @classmethod
     def _valid_addr(cls, value: str | None) -> str | None:

@@ -143,6 +143,13 @@ async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:
     return row
 
 
+async def notify_queue_usage(conn: AsyncConn, *, timeout_s: float) -> float:
+    """Return the share of the cluster's NOTIFY queue in use (0 to 1)."""
+    with db_errors("notify queue usage"):
+        rows = await _bounded(conn, "api_notify_queue_usage", timeout_s)
+    return float(rows[0]["usage"]) if rows else 0.0
+
+
 async def ping(conn: AsyncConn) -> bool:
     """Run a trivial query."""
     with db_errors("ping"):

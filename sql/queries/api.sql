@@ -100,12 +100,19 @@ SELECT
      AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)) AS oldest_xact_age_s,
   (SELECT extract(epoch FROM now() - min(p.prepared))::float8
    FROM pg_prepared_xacts AS p
-   WHERE p.database = current_database()) AS oldest_prepared_xact_age_s
+   WHERE p.database = current_database()) AS oldest_prepared_xact_age_s,
+  -- share of the cluster's NOTIFY queue in use: a listener stuck in a transaction
+  -- holds it; at 1.0 every enqueue that notifies fails
+  pg_notification_queue_usage() AS notify_queue_usage
 FROM pg_stat_user_tables AS s
 WHERE s.relid = 'jobsd.jobs'::regclass;
 
 -- name: api_ping
 SELECT 1 AS ok;
+
+-- name: api_notify_queue_usage
+-- Share of the cluster's NOTIFY queue in use (0 to 1), for /metrics.
+SELECT pg_notification_queue_usage() AS usage;
 
 -- name: api_set_statement_timeout
 -- Transaction-local: bounds the introspection queries of /metrics and /health.

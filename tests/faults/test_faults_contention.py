@@ -295,11 +295,6 @@ def test_t20_notify_queue_full(make_cluster: Any, workdir: Any, figures: dict[st
 
 @pytest.mark.scenario("T20-gauge", "NOTIFY queue usage visible while a listener stalls it")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: jobsd exposes no NOTIFY queue usage (pg_notification_queue_usage()) "
-    "on /metrics or /health; a stalled listener fills the queue unseen",
-)
 @pytest.mark.timeout(60)
 def test_t20_notify_queue_usage_is_exposed(scenario: Scenario) -> None:
     daemon = scenario.daemon(JOBSD_HTTP_ADDR="127.0.0.1:0", JOBSD_SLOTS="8")

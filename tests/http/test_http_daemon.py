@@ -208,3 +208,28 @@ async def test_health_report_warns_before_the_table_gets_sick(db_url: str, token
 async def _report_with(api: Any, field: str, above: float) -> bool:
     value = (await api.client.get("/health")).json()[field]
     return value is not None and value > above
+
+
+async def test_health_and_metrics_show_the_notify_queue_a_stuck_listener_fills(
+    db_url: str,
+) -> None:
+    """A session that LISTENs and then sits in a transaction holds the NOTIFY queue; when
+    it is full every enqueue that notifies fails. It shows before that (fault campaign T20)."""
+    http = http_settings(health_notify_queue_warn=0.0)
+    async with running_api(settings_for(db_url), http) as api:
+        await api.until_listening()
+        quiet = (await api.client.get("/health")).json()
+        assert quiet["notify_queue_usage"] == 0.0
+        with psycopg.connect(db_url) as stuck, psycopg.connect(db_url, autocommit=True) as conn:
+            stuck.execute("LISTEN jobsd")
+            stuck.commit()
+            stuck.execute("SELECT 1")  # a transaction left open: it reads nothing more
+            # distinct payloads, so none are folded: a few pages of the queue
+            conn.execute("SELECT pg_notify('jobsd', 'q' || g) FROM generate_series(1, 2000) g")
+            report = (await api.client.get("/health")).json()
+            metrics = (await api.client.get("/metrics")).text
+    assert report["notify_queue_usage"] > 0
+    assert report["status"] == "warn"
+    assert "NOTIFY queue" in " ".join(report["warnings"])
+    usage = [line for line in metrics.splitlines() if line.startswith("jobsd_notification_queue")]
+    assert usage and float(usage[0].split()[-1]) > 0
