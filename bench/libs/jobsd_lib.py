@@ -40,7 +40,7 @@ class Producer:
 
     async def enqueue_many(self, numbers: Sequence[int]) -> None:
         await self.client.enqueue_many(
-            [jobsd.JobSpec.build(TYPE, {"i": i}, org_id=ORG) for i in numbers]
+            [jobsd.client.JobSpec.build(TYPE, {"i": i}, org_id=ORG) for i in numbers]
         )
 
 
