@@ -75,9 +75,10 @@ class JobSpec:
         An option that is not one of ``EnqueueOptions`` is a TypeError, as a misspelt
         keyword argument would be.
         """
-        unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(f"unknown enqueue option {unknown[0]!r}")
+        if options:
+            unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
+            if unknown:
+                raise TypeError(f"unknown enqueue option {unknown[0]!r}")
         if not type:
             raise ValueError("job type must be a non-empty string")
         if not org_id:
@@ -105,7 +106,8 @@ class JobSpec:
         )
         job_id = options.get("job_id")
         given = uuid.UUID(str(job_id)) if job_id is not None else None
-        deps = _dependency_ids(options.get("depends_on", ()))
+        depends_on = options.get("depends_on")
+        deps = _dependency_ids(depends_on) if depends_on is not None else ()
         if given is not None and given in deps:
             raise ValueError(f"job {given} cannot depend on itself")
         return cls(

@@ -42,7 +42,7 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
         raise InvalidPayload(f"{what} is not JSON-serializable: {exc}") from exc
     except RecursionError as exc:
         raise InvalidPayload(f"{what} is nested too deeply to serialize") from exc
-    if _ESCAPED_NUL.search(text):
+    if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise InvalidPayload(f"{what} contains a NUL character (\\u0000), which Postgres rejects")
     try:
         size = len(text.encode("utf-8"))

@@ -107,7 +107,6 @@ jobs = Table(
     UniqueConstraint("org_id", "dedup_key", name="jobs_org_dedup_key_key"),
 )
 
-Index("jobs_org_type_created_idx", jobs.c.org_id, jobs.c.type, jobs.c.created_at.desc())
 Index(
     "jobs_active_idx",
     jobs.c.status,
@@ -137,12 +136,8 @@ job_events = Table(
     "job_events",
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column(
-        "job_id",
-        UUID(as_uuid=True),
-        ForeignKey("jobsd.jobs.id", name="job_events_job_id_fkey", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # 0010_hotpath: no foreign key (a statement trigger deletes a deleted job's events)
+    Column("job_id", UUID(as_uuid=True), nullable=False),
     Column("org_id", Text, nullable=False),
     Column("from_status", Text),
     Column("to_status", Text, nullable=False),

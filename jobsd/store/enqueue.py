@@ -13,6 +13,7 @@ the commit (``OutcomeUnknown`` when it cannot be).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.jobspec import JobSpec
-from jobsd.models import Job
+from jobsd.models import Job, JobStatus
 from jobsd.store.api import run_for_org
 from jobsd.store.db import (
     AsyncConn,
@@ -40,7 +41,7 @@ from jobsd.store.db import (
     acquire_sync,
     db_errors,
 )
-from jobsd.store.named import Row, run_named, run_named_sync
+from jobsd.store.named import Row, run_named, run_named_sync, run_named_tuples
 
 __all__ = [
     "Plan",
@@ -51,6 +52,7 @@ __all__ = [
     "enqueue_on_pool_sync",
     "enqueue_plan",
     "enqueue_sync",
+    "new_job",
 ]
 
 # Re-inserts after the dedup holder released its key between conflict and re-read.
@@ -108,7 +110,7 @@ def enqueue_plan(spec: JobSpec) -> Plan:
     for _ in range(_DEDUP_TRIES):
         rows = yield Statement("jobs_insert", spec.insert_params(blocked=blocked))
         if rows:
-            job = Job.from_row(rows[0])
+            job = new_job(spec, rows[0])
             if spec.depends_on:
                 yield Statement(
                     "job_dependencies_insert",
@@ -281,11 +283,20 @@ def enqueue_on_pool_sync(pool: SyncPool, spec: JobSpec) -> Job:
 async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
     """Create many jobs in one statement; return them in order (existing ones on hits).
 
-    All or nothing: one transaction, so an error leaves none of the jobs behind.
+    All or nothing. A batch that cannot hit an existing job (no dedup key, no id given,
+    no dependency) is one autocommit statement: one round trip, and an unknown queue
+    fails it through the queue's foreign key. Any other batch runs in one transaction:
+    conflicts are resolved and dependencies recorded one by one after the insert.
     """
     operation = f"bulk enqueue of {len(specs)} jobs"
     async with acquire(pool, operation) as conn:
         with db_errors(operation):
+            if not any(s.dedup_key is not None or s.id_may_exist or s.depends_on for s in specs):
+                rows = await run_named_tuples(conn, "jobs_insert_many", _many_params(specs))
+                if len(rows) == len(specs):
+                    return [new_job(spec, row) for spec, row in zip(specs, rows, strict=True)]
+                # unreachable with fresh UUIDv7 ids: every row is new
+                raise DatabaseError(f"{operation}: {len(specs) - len(rows)} ids collided")
             async with conn.transaction():
                 names = sorted({s.queue for s in specs})
                 found = await run_named(conn, "queues_existing", {"names": names})
@@ -295,8 +306,9 @@ async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
                 # Jobs with dependencies take the one-by-one plan, in order, after the
                 # others: they may depend on jobs of this very batch.
                 plain = [s for s in specs if not s.depends_on]
-                rows = await run_named(conn, "jobs_insert_many", _many_params(plain))
-                inserted = {r["id"]: Job.from_row(r) for r in rows}
+                by_id = {s.id: s for s in plain}
+                rows = await run_named_tuples(conn, "jobs_insert_many", _many_params(plain))
+                inserted = {row[0]: new_job(by_id[row[0]], row) for row in rows}
                 for spec in specs:
                     if spec.depends_on:
                         inserted[spec.id] = await _drive(conn, enqueue_plan(spec))
@@ -307,6 +319,40 @@ async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
                         job = await _drive(conn, enqueue_plan(replace(spec, id_may_exist=True)))
                     result.append(job)
                 return result
+
+
+def new_job(spec: JobSpec, row: Row | Sequence[Any]) -> Job:
+    """Return the job just inserted for ``spec``, from what the insert returned.
+
+    ``row`` holds (id, status, run_after, created_at), as a dict or in that order: the
+    rest is the spec's, or what every new job starts with.
+    """
+    if isinstance(row, dict):
+        status, run_after, created_at = row["status"], row["run_after"], row["created_at"]
+    else:
+        status, run_after, created_at = row[1], row[2], row[3]
+    return Job(
+        id=spec.id,
+        org_id=spec.org_id,
+        type=spec.type,
+        queue=spec.queue,
+        status=JobStatus(status),
+        attempts=0,
+        dedup_key=spec.dedup_key,
+        payload=json.loads(spec.payload_json),
+        progress=None,
+        report=None,
+        error=None,
+        reason=None,
+        run_after=run_after,
+        lease_id=None,
+        worker_id=None,
+        created_at=created_at,
+        started_at=None,
+        finished_at=None,
+        priority=spec.priority,
+        concurrency_key=spec.concurrency_key,
+    )
 
 
 _MANY_COLUMNS = {

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any, LiteralString
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from jobsd.store.sqlfiles import load_queries
 
-__all__ = ["Row", "run_named", "run_named_sync", "sql_text"]
+__all__ = ["Row", "run_named", "run_named_sync", "run_named_tuples", "sql_text"]
 
 Row = dict[str, Any]
 
@@ -30,6 +30,16 @@ async def run_named(
 ) -> list[Row]:
     """Execute a named statement on an async connection and return its rows as dicts."""
     async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql_text(name), params)
+        return await cur.fetchall() if cur.description else []
+
+
+async def run_named_tuples(
+    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Execute a named statement on an async connection and return its rows as tuples
+    (cheaper than dicts where many rows come back)."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(sql_text(name), params)
         return await cur.fetchall() if cur.description else []
 

@@ -7,15 +7,16 @@ function opens its own dict-row cursor. Errors are translated here, with
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from jobsd.errors import AlreadyClaimed, DatabaseError, JobNotFound
 from jobsd.jsonsafe import cap_error, storable_json
-from jobsd.models import Job, JobEvent
+from jobsd.models import Job, JobEvent, JobStatus
 from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 
@@ -29,6 +30,7 @@ __all__ = [
     "ClaimRound",
     "DeadSweep",
     "FinishRow",
+    "Finished",
     "HeartbeatRow",
     "PromoteResult",
     "cancel_job",
@@ -161,8 +163,42 @@ class FinishRow:
     delay_s: float | None = None
 
 
-async def finish_batch(conn: AsyncConn, rows: Sequence[FinishRow]) -> dict[uuid.UUID, Job]:
-    """Write many outcomes in one statement; return the jobs as written, by id.
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What a written outcome left in a job's row (the rest is as the claim returned it)."""
+
+    id: uuid.UUID
+    type: str
+    status: JobStatus
+    concurrency_key: str | None
+    dedup_key: str | None
+    lease_id: uuid.UUID | None
+    error: str | None
+    reason: str | None
+    progress: dict[str, Any] | None
+    finished_at: datetime | None
+    run_after: datetime
+
+    def applied_to(self, job: Job, report_json: str | None) -> Job:
+        """Return ``job`` (as claimed) with this outcome applied, ``report_json`` its report."""
+        return replace(
+            job,
+            status=self.status,
+            dedup_key=self.dedup_key,
+            lease_id=self.lease_id,
+            error=self.error,
+            reason=self.reason,
+            progress=self.progress,
+            finished_at=self.finished_at,
+            run_after=self.run_after,
+            report=json.loads(report_json) if report_json else job.report,
+        )
+
+
+async def finish_batch(
+    conn: AsyncConn, rows: Sequence[FinishRow]
+) -> dict[uuid.UUID, Finished]:
+    """Write many outcomes in one statement; return what each written one became, by id.
 
     An id missing from the result had lost its lease: that outcome was discarded.
     """
@@ -189,7 +225,22 @@ async def finish_batch(conn: AsyncConn, rows: Sequence[FinishRow]) -> dict[uuid.
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
     with db_errors(f"finish of {len(rows)} jobs"):
         result = await run_named(conn, "jobs_finish_batch", {"results": f"[{','.join(parts)}]"})
-    return {r["id"]: Job.from_row(r) for r in result}
+    return {
+        r["id"]: Finished(
+            id=r["id"],
+            type=r["type"],
+            status=JobStatus(r["status"]),
+            concurrency_key=r["concurrency_key"],
+            dedup_key=r["dedup_key"],
+            lease_id=r["lease_id"],
+            error=r["error"],
+            reason=r["reason"],
+            progress=r["progress"],
+            finished_at=r["finished_at"],
+            run_after=r["run_after"],
+        )
+        for r in result
+    }
 
 
 def _cap(error: str | None) -> str | None:

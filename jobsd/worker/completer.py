@@ -148,7 +148,7 @@ class Completer:
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("completer.note_failed", extra={"count": len(job_ids), "error": str(exc)})
 
-    async def _write_poisoned(self, result: _Result) -> dict[uuid.UUID, Job]:
+    async def _write_poisoned(self, result: _Result) -> dict[uuid.UUID, queries.Finished]:
         log.error(
             "completer.result_rejected", extra={"job_id": str(result.held.job.id)}, exc_info=True
         )
@@ -159,7 +159,9 @@ class Completer:
                 conn, [_finish_row(_Result(result.held, replacement, None))]
             )
 
-    def _settle(self, batch: list[_Result], written: dict[uuid.UUID, Job]) -> list[uuid.UUID]:
+    def _settle(
+        self, batch: list[_Result], written: dict[uuid.UUID, queries.Finished]
+    ) -> list[uuid.UUID]:
         """Account for a written batch; return the ids whose result was discarded."""
         discarded: list[uuid.UUID] = []
         for result in batch:
@@ -191,7 +193,7 @@ class Completer:
                 },
             )
             if job.status == "failed":
-                self.on_failed(job)
+                self.on_failed(job.applied_to(result.held.job, result.outcome.report_json))
             elif job.status == "scheduled":
                 # a retry with a back-off: let the claimer learn its due time now
                 self.waker.wake("scheduled")

@@ -6,6 +6,8 @@
 -- submission) and a taken (org_id, dedup_key): no row comes back and the caller
 -- re-reads the holder.
 -- A job with dependencies still pending starts blocked.
+-- Only what the database decided comes back: the caller has the rest (decoding the
+-- whole row was a sixth of the client's CPU per enqueue).
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
                         priority, concurrency_key)
 SELECT %(id)s, %(org_id)s, %(type)s, q.name,
@@ -16,11 +18,12 @@ SELECT %(id)s, %(org_id)s, %(type)s, q.name,
 FROM jobsd.queues AS q
 WHERE q.name = %(queue)s
 ON CONFLICT DO NOTHING
-RETURNING *;
+RETURNING id, status, run_after, created_at;
 
 -- name: jobs_insert_many
--- Many jobs in one statement; queues were checked first. Rows that hit a conflict
--- are simply absent from the result.
+-- Many jobs in one statement, all or nothing (one autocommit statement): an unknown
+-- queue fails it through the queue's foreign key. Rows that hit a conflict are
+-- simply absent from the result; the others return what the database decided.
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
                         priority, concurrency_key)
 SELECT b.id, b.org_id, b.type, b.queue,
@@ -33,7 +36,7 @@ FROM unnest(%(ids)s::uuid[], %(org_ids)s::text[], %(types)s::text[], %(queues)s:
                           concurrency_key, ord)
 ORDER BY b.ord
 ON CONFLICT DO NOTHING
-RETURNING *;
+RETURNING id, status, run_after, created_at;
 
 -- name: jobs_mark_dependencies
 -- The dependencies of a job being enqueued, in the enqueuer's org: mark each as
@@ -158,7 +161,8 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 -- whose lease is gone is not applied and its id is not returned. An outcome may
 -- also be non-terminal (back to queued after an interrupted run, or scheduled for a
 -- retry `delay_s` from now on the database clock): then the dedup key is kept and the
--- lease is dropped.
+-- lease is dropped. Only the columns the outcome changed come back (the daemon has
+-- the rest): decoding whole rows was a fifth of the daemon's CPU per job.
 UPDATE jobsd.jobs AS j
 SET status = r.status, report = r.report, error = r.error, reason = r.reason,
     progress = CASE WHEN r.progress IS NULL THEN j.progress
@@ -173,7 +177,8 @@ FROM jsonb_to_recordset(%(results)s::jsonb)
      AS r(id uuid, lease_id uuid, status text, report jsonb, error text, reason text,
           progress jsonb, run_after timestamptz, delay_s float8)
 WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
-RETURNING j.*;
+RETURNING j.id, j.type, j.status, j.concurrency_key, j.dedup_key, j.lease_id, j.error,
+          j.reason, j.progress, j.finished_at, j.run_after;
 
 -- name: jobs_sweep_stale
 -- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the

@@ -14,6 +14,7 @@ from dbcheck import history, job_row
 from jobsd.client import JobSpec
 from jobsd.models import Job
 from jobsd.store import queries
+from jobsd.store.enqueue import new_job
 from jobsd.store.queries import FinishRow, HeartbeatRow
 
 pytestmark = pytest.mark.anyio
@@ -24,7 +25,7 @@ Conn = psycopg.AsyncConnection[Any]
 async def _enqueue(aconn: Conn, queue: str = "default", **kw: Any) -> Job:
     spec = JobSpec.build(kw.pop("type", "t"), {}, org_id="o", queue=queue, **kw)
     rows = await queries.run_named(aconn, "jobs_insert", spec.insert_params())
-    return Job.from_row(rows[0])
+    return new_job(spec, rows[0])
 
 
 async def _claim_one(aconn: Conn, worker: str, job: Job, keep: list[str] | None = None) -> Job:
