@@ -99,11 +99,14 @@ async def claim_batch(
     queues: Sequence[str] | None,
     keep_dedup_types: Sequence[str],
     key_limits: Mapping[str, int] | None = None,
+    free: int | None = None,
 ) -> ClaimRound:
     """Claim up to ``limit`` queued jobs in claim order, in one statement.
 
     ``key_limits`` maps job types to their per-key concurrency limit (types not in
-    it use their queue's limit, else 1).
+    it use their queue's limit, else 1). ``free`` (None: ``limit``) is how many of them
+    start at once; the others are claimed ahead and are only jobs without a dedup or
+    concurrency key.
     """
     limits = dict(key_limits or {})
     params = {
@@ -113,6 +116,7 @@ async def claim_batch(
         "keep_dedup_types": list(keep_dedup_types),
         "limit_types": list(limits),
         "limit_values": list(limits.values()),
+        "free": free,
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_batch", params)

@@ -96,22 +96,25 @@ class Claimer:
         cause or the time calls for it, then claim up to the free slots and start the jobs.
         """
         promoted = 0
-        promote_ran = cause in _PROMOTING_CAUSES or self._promotion_due()
-        if promote_ran:
+        promote_first = cause in _PROMOTING_CAUSES
+        if promote_first:
             promoted = await self.promote()
         claimed, more = await self._claim()
-        if cause == "notify" and not more and not promote_ran:
-            # The notification may announce a job scheduled for later: learn its due
-            # time now rather than at the next poll. Under load rounds fill every
-            # slot and skip this.
-            promoted += await self.promote()
+        # Otherwise the claim goes first (a notification is about a job to start now:
+        # the pickup must not wait for a promotion's round trip) and the promotion after:
+        # when its time has come, or after a notification that found no work, which may
+        # announce a job scheduled for later (learn its due time now rather than at the
+        # next poll; under load rounds fill every slot and skip this).
+        if not promote_first and (self._promotion_due() or (cause == "notify" and not more)):
+            promoted = await self.promote()
+            more = more or promoted > 0  # claim the promoted jobs at once
         return ClaimPass(claimed, promoted, more)
 
     async def _pass(self) -> None:
         self._more = (await self.run_once(self._cause)).more
 
     async def _wait(self) -> None:
-        await self.holdings.wait_free()
+        await self.holdings.wait_claimable()
         self._cause = "more" if self._more else await self.waker.wait(self._sleep_s())
         self.stats.wakeups[self._cause] += 1
 
@@ -122,7 +125,7 @@ class Claimer:
         Again at once: every slot was filled (more work is likely waiting), or jobs were
         left behind a concurrency key this round just started (the next round skips it).
         """
-        want = self.holdings.free
+        want = self.holdings.claimable
         if want <= 0:
             return 0, True
         # A stop that arrived earlier in this pass takes effect here, before the shield:
@@ -142,6 +145,7 @@ class Claimer:
                     queues=self.cfg.queues or None,
                     keep_dedup_types=self.registry.keep_dedup_types(),
                     key_limits=self.registry.concurrency_limits(),
+                    free=max(self.holdings.free, 0),
                 )
             for job in jobs:
                 self.stats.claimed[job.type] += 1

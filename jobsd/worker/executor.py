@@ -189,10 +189,31 @@ class JobRunner:
         self._closing = anyio.Event()
 
     def start(self, job: Job) -> None:
-        """Hold a claimed job and run it in a task of its own; ``run`` must be running."""
+        """Hold a claimed job and run it in a task of its own; ``run`` must be running.
+
+        Without a free slot (a job claimed ahead) it waits, held, until a run ends.
+        """
         assert self._tg is not None, "JobRunner.start before run"
+        if self.holdings.free <= 0:
+            self.holdings.add_waiting(job, make_context(job))
+            if self._closing.is_set():  # claimed while stopping: give it back at once
+                self._give_back_waiting()
+            return
         held = self.holdings.add(job, make_context(job))
         self._tg.start_soon(self._execute, held, name=f"job {job.id}")
+
+    def _start_waiting(self) -> None:
+        """Start jobs claimed ahead while slots are free (never once closing)."""
+        if self._tg is None or self._closing.is_set():
+            return
+        while (held := self.holdings.next_waiting()) is not None:
+            self._tg.start_soon(self._execute, held, name=f"job {held.job.id}")
+
+    def _give_back_waiting(self) -> None:
+        """Hand the jobs claimed ahead and never started to the completer: back to
+        ``queued`` (reason ``not started``), whatever their delivery: no handler ran."""
+        for held in self.holdings.take_waiting():
+            self.submit(held, Outcome(status="queued", reason="not started"))
 
     async def run_once(self, job: Job) -> Outcome:
         """Hold a claimed job, run it here and submit its outcome; return that outcome."""
@@ -205,6 +226,7 @@ class JobRunner:
             self._tg = tg
             task_status.started()
             await self._closing.wait()
+            self._give_back_waiting()
             with anyio.move_on_after(self.cfg.grace_s):
                 await self.holdings.wait_idle()
             tg.cancel_scope.cancel()
@@ -223,14 +245,17 @@ class JobRunner:
         job = held.job
         outcome: Outcome | None = None
         try:
-            with held.scope:
-                outcome = await run_handler(job, self.registry.get(job.type), held.ctx)
+            # a job claimed ahead may have lost its lease or been cancelled while waiting
+            if not (held.lost or held.cancel_requested):
+                with held.scope:
+                    outcome = await run_handler(job, self.registry.get(job.type), held.ctx)
         except anyio.get_cancelled_exc_class():
             # shutdown past the grace time: write the job back, then let go
             self.holdings.release_slot(held)
             self.submit(held, self._interrupted(job))
             raise
         self.holdings.release_slot(held)
+        self._start_waiting()
         self.stats.run_s.observe(job.type, self.clock.monotonic() - held.started_monotonic)
         if outcome is None and held.cancel_requested and not held.lost:
             outcome = Outcome(status="cancelled", reason="cancel requested")

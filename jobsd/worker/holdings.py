@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -43,10 +44,14 @@ class Holdings:
     claimed again by it while the old run still ends, and the two must not be mixed up.
     """
 
-    def __init__(self, slots: int, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, slots: int, clock: Clock = SYSTEM_CLOCK, *, ahead: int = 0) -> None:
         self.slots = slots
+        self.ahead = ahead
+        """jobs claimed ahead of the free slots: held (and heartbeated), not started yet"""
         self.clock = clock
+        self._waiting: deque[Held] = deque()
         self._held: dict[uuid.UUID, Held] = {}  # by lease id
+        self._runs: dict[uuid.UUID, list[Held]] = {}  # by job id: a claim finds earlier runs
         self._running = 0
         self._changed = anyio.Event()
 
@@ -54,6 +59,17 @@ class Holdings:
     def free(self) -> int:
         """Return the number of free slots."""
         return self.slots - self._running
+
+    @property
+    def claimable(self) -> int:
+        """Return how many jobs the claimer may claim now: free slots, plus the room
+        left for jobs claimed ahead."""
+        return self.slots + self.ahead - self._running - len(self._waiting)
+
+    @property
+    def waiting(self) -> int:
+        """Return the number of jobs claimed ahead and not started yet."""
+        return len(self._waiting)
 
     @property
     def running(self) -> int:
@@ -67,16 +83,43 @@ class Holdings:
         (the claim issued a new one): it is marked lost and its handler is cancelled.
         """
         assert job.lease_id is not None
-        for earlier in self._held.values():
-            if earlier.job.id == job.id:
-                earlier.superseded = True
-                self.mark_lost(earlier)
+        runs = self._runs.setdefault(job.id, [])
+        for earlier in runs:
+            earlier.superseded = True
+            self.mark_lost(earlier)
         held = Held(
             job=job, lease_id=job.lease_id, ctx=ctx, started_monotonic=self.clock.monotonic()
         )
         self._held[held.lease_id] = held
+        runs.append(held)
         self._running += 1
         return held
+
+    def add_waiting(self, job: Job, ctx: JobContext) -> Held:
+        """Hold a job claimed ahead of the free slots; ``next_waiting`` starts it later."""
+        held = self.add(job, ctx)
+        self._running -= 1
+        self._waiting.append(held)
+        return held
+
+    def next_waiting(self) -> Held | None:
+        """Take a slot for the oldest job claimed ahead, or return None (no free slot,
+        or none waiting)."""
+        if self.free <= 0 or not self._waiting:
+            return None
+        held = self._waiting.popleft()
+        held.started_monotonic = self.clock.monotonic()
+        self._running += 1
+        return held
+
+    def take_waiting(self) -> list[Held]:
+        """Return every job claimed ahead and not started (at stop: they are given back)."""
+        taken = list(self._waiting)
+        self._waiting.clear()
+        for held in taken:
+            held.finished = True  # it never took a slot: nothing to release
+        self._signal()
+        return taken
 
     def mark_lost(self, held: Held) -> bool:
         """Record that a run lost its lease and cancel its handler; False if already known."""
@@ -106,7 +149,12 @@ class Holdings:
 
     def forget(self, held: Held) -> None:
         """Stop holding a run whose outcome is written or discarded."""
-        self._held.pop(held.lease_id, None)
+        if self._held.pop(held.lease_id, None) is not None:
+            others = [r for r in self._runs.get(held.job.id, ()) if r is not held]
+            if others:
+                self._runs[held.job.id] = others
+            else:
+                self._runs.pop(held.job.id, None)
         self._signal()
 
     def get(self, lease_id: uuid.UUID) -> Held | None:
@@ -122,6 +170,14 @@ class Holdings:
     async def wait_free(self) -> None:
         """Wait until at least one slot is free."""
         while self.free <= 0:
+            await self._wait_change()
+
+    async def wait_claimable(self) -> None:
+        """Wait until the claimer may claim: a free slot, or room among those claimed
+        ahead for at least half a batch (so rounds stay batches)."""
+        while self.claimable <= 0 or (
+            self.free <= 0 and self.claimable < max(1, self.ahead // 2)
+        ):
             await self._wait_change()
 
     async def wait_idle(self) -> None:

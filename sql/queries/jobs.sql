@@ -94,6 +94,11 @@ SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
 -- there is the latest committed one, so daemons claiming at once never exceed a
 -- limit. The jobs_count_key_runs trigger keeps the counts. `considered` tells the
 -- claimer whether candidates were left for a busy key, so it can claim again.
+--
+-- Claiming ahead: only the first `free` jobs (the daemon's free slots; null: all) may
+-- carry a dedup key or a concurrency key; the rest, claimed ahead of the slots, are
+-- jobs without either, so a key is never held (nor a dedup key released) by a job
+-- that waits in a daemon rather than runs.
 WITH active AS (
   SELECT q.name, q.concurrency_limit
   FROM jobsd.queues AS q
@@ -106,6 +111,7 @@ picked AS (
   SELECT c.* FROM active AS a
   CROSS JOIN LATERAL (
     SELECT j.id, j.org_id, j.concurrency_key, j.priority, j.created_at,
+           j.dedup_key IS NOT NULL AS has_dedup,
            CASE WHEN j.concurrency_key IS NOT NULL THEN
              coalesce((SELECT t.key_limit FROM type_limits AS t WHERE t.type = j.type),
                       a.concurrency_limit, 1) END AS key_limit
@@ -129,12 +135,18 @@ key_counts AS (
   WHERE (k.org_id, k.concurrency_key) IN (
     SELECT p.org_id, p.concurrency_key FROM picked AS p WHERE p.concurrency_key IS NOT NULL)
   FOR UPDATE OF k SKIP LOCKED),
-chosen AS (
-  SELECT r.id FROM ranked AS r
+eligible AS (
+  SELECT r.id, r.priority, r.created_at, r.concurrency_key, r.has_dedup,
+         row_number() OVER (ORDER BY r.priority, r.created_at, r.id) AS pos
+  FROM ranked AS r
   LEFT JOIN key_counts AS k
     ON k.org_id = r.org_id AND k.concurrency_key = r.concurrency_key
-  WHERE r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit
-  ORDER BY r.priority, r.created_at, r.id
+  WHERE r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit),
+chosen AS (
+  SELECT e.id FROM eligible AS e
+  WHERE e.pos <= coalesce(%(free)s, %(limit)s)
+     OR (e.concurrency_key IS NULL AND NOT e.has_dedup)
+  ORDER BY e.priority, e.created_at, e.id
   LIMIT %(limit)s)
 UPDATE jobsd.jobs AS j
 SET status = 'running', started_at = now(), attempts = j.attempts + 1,

@@ -84,6 +84,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "keep_dedup_types": [],
                 "limit_types": [],
                 "limit_values": [],
+                "free": None,
             },
         )
         mine = [r for r in rows if r["org_id"] == self.org]

@@ -1,0 +1,138 @@
+"""Claiming ahead of the free slots (JOBSD_CLAIM_AHEAD): a job claimed ahead is running
+in the database and held (heartbeated) by its daemon, its handler starts when a slot
+frees, and on stop the ones never started go back to queued."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from support.history import assert_history_complete_async
+
+import jobsd
+from jobsd.registry import Registry
+
+from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_status
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def test_a_job_claimed_ahead_starts_when_a_slot_frees(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    release = anyio.Event()
+    started: list[int] = []
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        started.append(ctx.payload["n"])
+        if ctx.payload["n"] == 1:
+            await release.wait()
+
+    async with running_daemon(make_settings(db_url, slots=1, claim_ahead=1), registry) as d:
+        first = await client.enqueue("t", {"n": 1}, org_id="acme")
+        await wait_status(db, first.id, "running")
+        second = await client.enqueue("t", {"n": 2}, org_id="acme")
+        # claimed ahead: running in the database, held, its handler not started
+        await wait_status(db, second.id, "running")
+        assert d.holdings.waiting == 1 and started == [1]
+        third = await client.enqueue("t", {"n": 3}, org_id="acme")
+        await d.claimer.run_once("notify")  # a claim round now takes nothing more
+        assert (await fetch_job(db, third.id))["status"] == "queued", "1 slot + 1 ahead"
+        release.set()
+        for job in (first, second, third):
+            assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
+
+    assert started == [1, 2, 3]
+    assert [e[1] for e in await events_of(db, second.id)] == ["queued", "running", "succeeded"]
+    await assert_history_complete_async(db)
+
+
+async def test_jobs_claimed_ahead_and_never_started_go_back_to_queued_on_stop(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    release = anyio.Event()
+    started: list[int] = []
+
+    @jobsd.handler("t", registry=registry, delivery="at_most_once")
+    async def handler(ctx: jobsd.JobContext) -> None:
+        started.append(ctx.payload["n"])
+        await release.wait()
+
+    settings = make_settings(db_url, slots=1, claim_ahead=2, drain_timeout=5.0)
+    async with running_daemon(settings, registry) as d:
+        first = await client.enqueue("t", {"n": 1}, org_id="acme")
+        await wait_status(db, first.id, "running")
+        ahead = [await client.enqueue("t", {"n": n}, org_id="acme") for n in (2, 3)]
+        for job in ahead:
+            await wait_status(db, job.id, "running")
+        assert d.holdings.waiting == 2
+        d.stop()
+        # the stop gives the unstarted ones back at once, before the running one ends
+        for job in ahead:
+            await wait_status(db, job.id, "queued")
+        release.set()
+
+    assert started == [1], "a job claimed ahead never ran after the stop"
+    assert (await fetch_job(db, first.id))["status"] == "succeeded"
+    for job in ahead:
+        row = await fetch_job(db, job.id)
+        # no handler ran: even an at_most_once job may run later; its claim stays counted
+        assert (row["status"], row["reason"], row["attempts"]) == ("queued", "not started", 1)
+        assert [(e[1], e[3]) for e in await events_of(db, job.id)] == [
+            ("queued", None),
+            ("running", None),
+            ("queued", "not started"),
+        ]
+    await assert_history_complete_async(db)
+
+
+async def test_claim_ahead_zero_claims_only_for_free_slots(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    release = anyio.Event()
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        await release.wait()
+
+    async with running_daemon(make_settings(db_url, slots=1, claim_ahead=0), registry) as d:
+        first = await client.enqueue("t", {}, org_id="acme")
+        await wait_status(db, first.id, "running")
+        second = await client.enqueue("t", {}, org_id="acme")
+        # a claim round for it would run now if one were allowed: poll the claimer once
+        await d.claimer.run_once("notify")
+        assert (await fetch_job(db, second.id))["status"] == "queued"
+        assert d.holdings.waiting == 0
+        release.set()
+        await wait_status(db, second.id, "succeeded")
+    await assert_history_complete_async(db)
+
+
+async def test_jobs_with_a_dedup_or_concurrency_key_are_never_claimed_ahead(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    release = anyio.Event()
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        if ctx.payload.get("block"):
+            await release.wait()
+
+    async with running_daemon(make_settings(db_url, slots=1, claim_ahead=3), registry) as d:
+        first = await client.enqueue("t", {"block": True}, org_id="acme")
+        await wait_status(db, first.id, "running")
+        deduped = await client.enqueue("t", {}, org_id="acme", dedup_key="d")
+        keyed = await client.enqueue("t", {}, org_id="acme", concurrency_key="k")
+        plain = await client.enqueue("t", {}, org_id="acme")
+        await wait_status(db, plain.id, "running")
+        await d.claimer.run_once("notify")
+        # older, but keyed: they wait in the queue (the dedup key stays held, the
+        # concurrency key free) until a slot is free for them
+        assert (await fetch_job(db, deduped.id))["dedup_key"] == "d"
+        assert (await fetch_job(db, deduped.id))["status"] == "queued"
+        assert (await fetch_job(db, keyed.id))["status"] == "queued"
+        assert d.holdings.waiting == 1
+        release.set()
+        for job in (first, deduped, keyed, plain):
+            assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
+    await assert_history_complete_async(db)
