@@ -29,9 +29,10 @@ INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run
 SELECT b.id, b.org_id, b.type, b.queue,
        CASE WHEN b.run_after > now() THEN 'scheduled' ELSE 'queued' END,
        b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key
-FROM unnest(%(ids)s::uuid[], %(org_ids)s::text[], %(types)s::text[], %(queues)s::text[],
-            %(dedup_keys)s::text[], %(payloads)s::jsonb[], %(run_afters)s::timestamptz[],
-            %(priorities)s::int[], %(concurrency_keys)s::text[])
+FROM unnest(%(ids)b::uuid[], %(org_ids)b::text[], %(types)b::text[], %(queues)b::text[],
+            %(dedup_keys)b::text[], %(payloads)b::text[]::jsonb[],
+            %(run_afters)b::timestamptz[], %(priorities)b::int[],
+            %(concurrency_keys)b::text[])
      WITH ORDINALITY AS b(id, org_id, type, queue, dedup_key, payload, run_after, priority,
                           concurrency_key, ord)
 ORDER BY b.ord
