@@ -61,9 +61,9 @@ class Settings(BaseSettings):
     slots: int = Field(default=10, ge=1, le=10_000)
     """How many jobs one daemon runs at once."""
 
-    claim_ahead: int | None = Field(default=None, ge=0, le=10_000)
-    """Jobs claimed beyond the free slots, started as slots free (None: as many as
-    ``slots``; 0: claim only for free slots). Given back, unstarted, on stop."""
+    claim_ahead: int = Field(default=0, ge=0, le=10_000)
+    """Jobs claimed beyond the free slots, started as slots free (0: claim only for
+    free slots). Given back, unstarted, on stop. Opt-in: docs/decisions.md."""
 
     poll_interval: Duration = 1.5
     """Mean time between polls; each wait is jittered to 2/3..4/3 of it (1-2 s by default)."""

@@ -83,8 +83,7 @@ class Daemon:
         self.clock = clock
         self.stats = DaemonStats()
         self.waker = Waker()
-        ahead = settings.slots if settings.claim_ahead is None else settings.claim_ahead
-        self.holdings = Holdings(settings.slots, clock, ahead=ahead)
+        self.holdings = Holdings(settings.slots, clock, ahead=settings.claim_ahead)
         self.pool: AsyncPool = make_async_pool(
             url, name="daemon", min_size=2, max_size=max(settings.pool_size, 4), timeout_s=10.0
         )

@@ -99,8 +99,7 @@ async def test_a_round_that_fills_every_slot_claims_again_without_waiting_for_a_
 
         await wait_until(drained, what="40 jobs to run back to back", timeout_s=5)
 
-    # rounds of at most 8 (4 slots + 4 claimed ahead): at least 5 rounds, 4 after the first
-    assert daemon.stats.wakeups["more"] >= 4
+    assert daemon.stats.wakeups["more"] >= 10
     assert daemon.stats.wakeups["poll"] == 0
     assert daemon.stats.wakeups["notify"] == 0
     await assert_history_complete_async(db)
