@@ -177,8 +177,10 @@ RETURNING j.*;
 
 -- name: jobs_sweep_stale
 -- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the
--- sweeper holds its lock) or hung (heartbeat, else start, older than the threshold;
--- a null threshold checks only the dead). What happens follows the type's delivery:
+-- sweeper holds its lock) or hung (the latest of its heartbeat and its start older
+-- than the threshold: a run claimed again after a pause is judged by its own start
+-- until its first heartbeat, never by the previous run's; a null threshold checks only
+-- the dead). What happens follows the type's delivery:
 -- at_least_once goes back to queued while attempts remain, else fails with
 -- 'max attempts exceeded'; at_most_once never runs again: it fails with 'worker
 -- lost', or, when its type has a recover hook (delivery passed as 'recover'),
@@ -191,7 +193,7 @@ WITH stale AS (
   FROM jobsd.jobs AS j
   WHERE j.status = 'running'
     AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
-         OR coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+         OR greatest((j.progress ->> 'updated_at')::timestamptz, j.started_at)
             < coalesce(%(now)s::timestamptz, now())
               - make_interval(secs => %(stale_after_s)s::float8))
   FOR UPDATE SKIP LOCKED),
