@@ -34,6 +34,7 @@ __all__ = [
     "cancel_job",
     "claim_batch",
     "claim_job",
+    "db_now",
     "finish_batch",
     "get_job",
     "get_job_events",
@@ -217,6 +218,14 @@ def _sweep_params(
         "default_max_attempts": default_max_attempts,
         "dead_workers": list(dead_workers),
     }
+
+
+async def db_now(conn: AsyncConn) -> datetime:
+    """Return the database's ``now()``."""
+    with db_errors("reading the database's clock"):
+        rows = await run_named(conn, "jobs_db_now", {})
+    now: datetime = rows[0]["now"]
+    return now
 
 
 async def sweep_stale(

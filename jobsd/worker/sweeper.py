@@ -6,7 +6,10 @@ lock of each other registered worker; one it can take is dead, proven: its runni
 jobs are rescued at once and its row deleted. Owners that are alive but hung are caught by
 the heartbeat: a running job whose ``progress.updated_at`` (else ``started_at``) is
 older than ``stale_after`` is rescued too (checked at start, then every
-``sweep_interval``, jittered).
+``sweep_interval``, jittered). Heartbeats are stamped and judged on the database's
+clock; before each stale sweep the sweeper checks that clock against its own
+monotonic one (``clockwatch.py``), and after a forward step it holds off stale rescues
+for ``stale_after``, until every live owner has beaten again.
 
 A rescue follows the type's delivery. ``at_least_once``: back to ``queued`` while
 attempts remain, else ``failed`` with ``max attempts exceeded``. ``at_most_once``:
@@ -39,6 +42,7 @@ from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire
 from jobsd.worker.clock import Clock
+from jobsd.worker.clockwatch import DbClockWatch, Reading
 from jobsd.worker.loop import pause, run_loop
 from jobsd.worker.stats import DaemonStats
 
@@ -82,6 +86,9 @@ class Sweeper:
         self.registry = registry
         self.stats = stats
         self.on_failed = on_failed
+        # a step of the database's clock within a tenth of the lease cannot push a
+        # live owner's heartbeat (at most ~0.8 of the lease old) past it
+        self.clock_watch = DbClockWatch(hold_s=cfg.stale_after_s, slack_s=cfg.stale_after_s / 10)
 
     async def run_once(self, *, now: datetime | None = None) -> SweepCounts:
         """Do one pass (dead owners, then stale heartbeats); return how many jobs went
@@ -194,8 +201,19 @@ class Sweeper:
 
     async def sweep_stale(self, *, now: datetime | None = None) -> SweepCounts:
         """Rescue the running jobs whose heartbeat is older than ``stale_after_s``
-        (as of ``now``, else the clock's)."""
+        (as of ``now``, else the clock's).
+
+        Without ``now`` the time is read first (the database's, or a pinned clock's)
+        and checked by ``clock_watch``: while it holds off after a step of that clock,
+        nothing is rescued. The sweep then judges by the time read."""
         async with acquire(self.pool, "sweep") as conn:
+            if now is None:
+                before = self.clock.monotonic()
+                now = self.clock.sql_now() or await queries.db_now(conn)
+                reading = Reading(now, before, self.clock.monotonic())
+                if not self.clock_watch.trust(reading):
+                    log.debug("sweeper.holding_off", extra={"db_now": now.isoformat()})
+                    return SweepCounts()
             jobs = await queries.sweep_stale(
                 conn,
                 worker_id=self.cfg.worker_id,
@@ -203,6 +221,6 @@ class Sweeper:
                 max_attempts=self.registry.max_attempts(),
                 delivery=self.registry.deliveries(),
                 default_max_attempts=self.cfg.default_max_attempts,
-                now=now if now is not None else self.clock.sql_now(),
+                now=now,
             )
         return await self._rescued(jobs)

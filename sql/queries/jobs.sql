@@ -175,6 +175,11 @@ FROM jsonb_to_recordset(%(results)s::jsonb)
 WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
 RETURNING j.*;
 
+-- name: jobs_db_now
+-- The database's clock, the one that stamps heartbeats: the sweeper checks it against
+-- its own monotonic clock before a stale sweep (a step of it would age every heartbeat).
+SELECT now() AS now;
+
 -- name: jobs_sweep_stale
 -- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the
 -- sweeper holds its lock) or hung (the latest of its heartbeat and its start older

@@ -167,6 +167,58 @@ async def test_sweeper_finds_a_heartbeat_stale_on_its_clock(
     assert failed == []
 
 
+async def test_sweeper_holds_off_after_the_database_clock_steps_forward(
+    pool: AsyncPool, client: jobsd.Client, db: ADb, registry: Registry
+) -> None:
+    """T11b: a step of the clock that stamps heartbeats ages them all at once; live
+    owners are not swept, a silent one still is once the hold (the lease) is over."""
+
+    @jobsd.handler("mail", max_attempts=3, registry=registry)
+    async def mail(ctx: jobsd.JobContext) -> None:
+        return None
+
+    clock = ManualClock()
+    live = await client.enqueue("mail", org_id="acme")
+    silent = await client.enqueue("mail", org_id="acme")
+
+    async def beat(job_id: uuid.UUID) -> None:
+        await db.execute(
+            "UPDATE jobsd.jobs SET status = 'running', attempts = 1,"
+            " lease_id = coalesce(lease_id, gen_random_uuid()), worker_id = 'w:1:x',"
+            " started_at = coalesce(started_at, %(now)s),"
+            " progress = jsonb_build_object('updated_at', %(now)s::timestamptz)"
+            " WHERE id = %(id)s",
+            {"now": clock.now(), "id": job_id},
+        )
+
+    await beat(live.id)
+    await beat(silent.id)
+    cfg = SweeperSettings(
+        worker_id=WORKER,
+        death_check_interval_s=5.0,
+        sweep_interval_s=1.0,
+        stale_after_s=3.0,
+        default_max_attempts=1,
+    )
+    sweeper = Sweeper(pool, cfg, clock, registry, DaemonStats(), lambda job: None)
+    assert await sweeper.sweep_stale() == {}
+    clock.advance(1)
+    assert await sweeper.sweep_stale() == {}
+
+    clock.jump(6)  # both heartbeats are now 7 s old on that clock: twice the lease
+    assert await sweeper.sweep_stale() == {}
+    assert sweeper.clock_watch.jumps == 1
+    clock.advance(1)
+    await beat(live.id)  # the live owner beats again, on the stepped clock
+    assert await sweeper.sweep_stale() == {}
+    clock.advance(2)
+    await beat(live.id)
+    # the hold is over: the owner that never beat again is swept, the live one is not
+    assert await sweeper.sweep_stale() == {"queued": 1}
+    assert (await fetch_job(db, silent.id))["reason"] == "stale heartbeat"
+    assert (await fetch_job(db, live.id))["status"] == "running"
+
+
 async def test_runner_completer_and_hooks_see_a_job_through(
     pool: AsyncPool, client: jobsd.Client, db: ADb, registry: Registry
 ) -> None:
