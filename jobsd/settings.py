@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     death_check_interval: Duration = 5.0
     """Time between checks for dead workers (their lock is free): their jobs are rescued."""
 
+    statement_timeout: Duration = 5.0
+    """How long a statement of the daemon's own services (claim, heartbeat, completion,
+    sweep) may run: the server cancels it then, and the daemon gives up 1 s later on a
+    database that does not answer at all (a partition): the pass is retried, with a
+    ``db.retrying`` warning, on a new connection."""
+
     progress_interval: Duration = 1.0
     """Progress reported by handlers is written at most this often, in one batch."""
 

@@ -39,6 +39,7 @@ from jobsd.errors import (
 __all__ = [
     "AsyncConn",
     "AsyncPool",
+    "DeadlinePool",
     "SyncConn",
     "SyncPool",
     "acquire",
@@ -120,17 +121,41 @@ def _queue_full(exc: psycopg.Error) -> QueueFull:
         return QueueFull("?")
 
 
+class DeadlinePool(AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]):
+    """A pool whose blocks (``acquire``) must be done within ``deadline_s``.
+
+    For the daemon's services: the server cancels a statement of theirs after
+    ``JOBSD_STATEMENT_TIMEOUT`` (set on each connection), and a block still waiting a
+    second later is waiting for a database it cannot reach (a partition, a blackhole:
+    nothing comes back, not even the cancellation).
+    """
+
+    deadline_s: float | None = None
+
+
 @asynccontextmanager
 async def acquire(pool: AsyncPool, operation: str) -> AsyncIterator[AsyncConn]:
     """Take a pooled connection; a pool timeout becomes BackendUnavailable naming ``operation``.
 
     Only taking the connection is translated here: the statements of the block are
-    translated by the store functions that run them.
+    translated by the store functions that run them. On a ``DeadlinePool`` a block
+    that outlives the pool's deadline is cancelled, its connection closed (psycopg
+    gives up on a statement interrupted twice) and discarded, and BackendUnavailable
+    raised: the service's pass is retried on a new connection.
     """
+    deadline_s = pool.deadline_s if isinstance(pool, DeadlinePool) else None
     with db_errors(operation):
         conn = await pool.getconn()
     try:
-        yield conn
+        if deadline_s is None:
+            yield conn
+            return
+        with anyio.move_on_after(deadline_s) as scope:
+            yield conn
+        if scope.cancelled_caught:
+            raise BackendUnavailable(
+                f"{operation} failed: no answer from the database within {deadline_s:g} s"
+            )
     finally:
         await pool.putconn(conn)
 

@@ -85,7 +85,12 @@ class Daemon:
         self.waker = Waker()
         self.holdings = Holdings(settings.slots, clock)
         self.pool: AsyncPool = make_async_pool(
-            url, name="daemon", min_size=2, max_size=max(settings.pool_size, 4), timeout_s=10.0
+            url,
+            name="daemon",
+            min_size=2,
+            max_size=max(settings.pool_size, 4),
+            timeout_s=10.0,
+            statement_timeout_s=settings.statement_timeout,
         )
         self.hooks = FailHooks(HooksSettings(), clock, self.registry)
         self.completer = Completer(
