@@ -78,9 +78,10 @@ class Settings(BaseSettings):
 
     statement_timeout: Duration = 5.0
     """How long a statement of the daemon's own services (claim, heartbeat, completion,
-    sweep) may run: the server cancels it then, and the daemon gives up 1 s later on a
-    database that does not answer at all (a partition): the pass is retried, with a
-    ``db.retrying`` warning, on a new connection."""
+    sweep) may run: the server cancels it then (the pass is retried). Without any
+    answer 1 s later the database is unreachable (a partition): ``db.no_answer`` is
+    logged; the daemon keeps waiting (a healed link answers at once) up to 6 times
+    this, at least 30 s, then drops the connection and retries on a new one."""
 
     progress_interval: Duration = 1.0
     """Progress reported by handlers is written at most this often, in one batch."""

@@ -56,7 +56,7 @@ _KEEPALIVES: dict[str, Any] = {
     "tcp_user_timeout": 5000,
     "connect_timeout": 5,
 }
-# the client gives up on a block this long after the server should have cancelled it
+# the client warns about a block this long after the server should have cancelled it
 _DEADLINE_MARGIN_S = 1.0
 # a failed reconnect of a pool is retried on the next demand after this long at most
 _POOL_RECONNECT_TIMEOUT_S = 10.0
@@ -148,6 +148,7 @@ def make_async_pool(
     max_size: int,
     timeout_s: float,
     statement_timeout_s: float | None = None,
+    give_up_after_s: float | None = None,
 ) -> AsyncPool:
     """Create (unopened) an async pool of autocommit connections named ``jobsd-<name>``.
 
@@ -159,9 +160,11 @@ def make_async_pool(
     ``statement_timeout`` (the server cancels a slow statement, which rolls back: safe
     to retry), and ``idle_in_transaction_session_timeout`` and, where the server has
     it, ``client_connection_check_interval``, so a session whose client is cut off
-    releases its locks. The pool is then a ``DeadlinePool``: ``acquire`` gives up on a
-    block ``statement_timeout_s`` + 1 s after it began (no answer at all: the
-    database is unreachable) and raises BackendUnavailable.
+    releases its locks. The pool is then a ``DeadlinePool``: ``acquire`` warns
+    (``db.no_answer``) about a block without an answer ``statement_timeout_s`` + 1 s
+    after it began (the database is unreachable), and gives up on it after
+    ``give_up_after_s`` (default: 6 statement timeouts, at least 30 s), raising
+    BackendUnavailable.
     """
     options = _pool_options(url, name, min_size, max_size, timeout_s)
     if statement_timeout_s is None:
@@ -180,7 +183,10 @@ def make_async_pool(
     pool = DeadlinePool(
         url, connection_class=psycopg.AsyncConnection[DictRow], configure=configure, **options
     )
-    pool.deadline_s = statement_timeout_s + _DEADLINE_MARGIN_S
+    pool.warn_after_s = statement_timeout_s + _DEADLINE_MARGIN_S
+    pool.give_up_after_s = (
+        give_up_after_s if give_up_after_s is not None else max(30.0, 6 * statement_timeout_s)
+    )
     return pool
 
 

@@ -7,6 +7,7 @@ once, in the store function that runs a statement, and hands out pooled connecti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -122,15 +123,25 @@ def _queue_full(exc: psycopg.Error) -> QueueFull:
 
 
 class DeadlinePool(AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]):
-    """A pool whose blocks (``acquire``) must be done within ``deadline_s``.
+    """A pool whose blocks (``acquire``) are watched: a warning after ``warn_after_s``
+    without an answer, abandoned after ``give_up_after_s``.
 
-    For the daemon's services: the server cancels a statement of theirs after
-    ``JOBSD_STATEMENT_TIMEOUT`` (set on each connection), and a block still waiting a
+    For the daemon's services. The server cancels a statement of theirs after
+    ``JOBSD_STATEMENT_TIMEOUT`` (set on each connection), so a block still waiting a
     second later is waiting for a database it cannot reach (a partition, a blackhole:
-    nothing comes back, not even the cancellation).
+    not even the cancellation comes back): ``db.no_answer`` is logged then. The block
+    keeps waiting, since a link that heals delivers the answer at once, until
+    ``give_up_after_s``. A link that is down is dropped sooner by the kernel
+    (``tcp_user_timeout``).
     """
 
-    deadline_s: float | None = None
+    warn_after_s: float | None = None
+    give_up_after_s: float | None = None
+
+
+def _no_answer(operation: str, waited_s: float, warned: list[bool]) -> None:
+    warned.append(True)
+    log.warning("db.no_answer", extra={"operation": operation, "waited_s": waited_s})
 
 
 @asynccontextmanager
@@ -139,23 +150,32 @@ async def acquire(pool: AsyncPool, operation: str) -> AsyncIterator[AsyncConn]:
 
     Only taking the connection is translated here: the statements of the block are
     translated by the store functions that run them. On a ``DeadlinePool`` a block
-    that outlives the pool's deadline is cancelled, its connection closed (psycopg
-    gives up on a statement interrupted twice) and discarded, and BackendUnavailable
-    raised: the service's pass is retried on a new connection.
+    without an answer after ``warn_after_s`` logs ``db.no_answer``; one that outlives
+    ``give_up_after_s`` is cancelled, its connection closed (psycopg gives up on a
+    statement interrupted twice) and discarded, and BackendUnavailable raised: the
+    service's pass is retried on a new connection.
     """
-    deadline_s = pool.deadline_s if isinstance(pool, DeadlinePool) else None
     with db_errors(operation):
         conn = await pool.getconn()
     try:
-        if deadline_s is None:
+        if not isinstance(pool, DeadlinePool) or pool.give_up_after_s is None:
             yield conn
             return
-        with anyio.move_on_after(deadline_s) as scope:
-            yield conn
+        warned: list[bool] = []
+        warn_s = pool.warn_after_s or pool.give_up_after_s
+        # a timer, not a task: this is every statement of the daemon's hot path
+        timer = asyncio.get_running_loop().call_later(warn_s, _no_answer, operation, warn_s, warned)
+        try:
+            with anyio.move_on_after(pool.give_up_after_s) as scope:
+                yield conn
+        finally:
+            timer.cancel()
         if scope.cancelled_caught:
             raise BackendUnavailable(
-                f"{operation} failed: no answer from the database within {deadline_s:g} s"
+                f"{operation} failed: no answer from the database within {pool.give_up_after_s:g} s"
             )
+        if warned:
+            log.info("db.answered", extra={"operation": operation})
     finally:
         await pool.putconn(conn)
 

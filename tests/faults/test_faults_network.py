@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow]
 
 # what a daemon logs when it notices that the database is unreachable
 DB_TROUBLE = (
-    r"\b(db\.retrying|heartbeat\.failed|listener\.lost|sweeper\.failed|"
+    r"\b(db\.retrying|db\.no_answer|heartbeat\.failed|listener\.lost|sweeper\.failed|"
     r"worker\.connection_lost|completer\.)"
 )
 
