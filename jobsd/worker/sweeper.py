@@ -4,7 +4,8 @@ Model: every daemon holds a session advisory lock for its worker id while it liv
 (``lifeline.py``). Every ``death_check_interval`` (jittered) the sweeper tries the
 lock of each other registered worker; one it can take is dead, proven: its running
 jobs are rescued at once and its row deleted. Owners that are alive but hung are caught by
-the heartbeat: a running job whose ``progress.updated_at`` (else ``started_at``) is
+the heartbeat: a running job whose latest sign of life (``progress.updated_at`` or, if
+later, this run's ``started_at``: a re-run carries its previous run's progress) is
 older than ``stale_after`` is rescued too (checked at start, then every
 ``sweep_interval``, jittered). Heartbeats are stamped and judged on the database's
 clock; before each stale sweep the sweeper checks that clock against its own
