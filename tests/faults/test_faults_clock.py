@@ -173,8 +173,10 @@ def test_t11b_database_clock_jump(
         migrate_sync(cluster.url())
         scenario = Scenario(cluster.url(), workdir, figures)
         try:
-            scenario.enqueue(8, types=("work", "once"), ms=8000)
+            # enqueued once both daemons claim: one ready 8 s after the other (a loaded
+            # machine) would find its share of the jobs already run by the first
             daemons = [scenario.daemon(JOBSD_SLOTS="4") for _ in range(2)]
+            scenario.enqueue(8, types=("work", "once"), ms=8000)
             scenario.wait_running(8)
             time.sleep(1.5)
             clock.set(f"+{2 * LEASE_S:g}")
