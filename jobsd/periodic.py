@@ -51,6 +51,7 @@ TICK_KEY = "_schedule"
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$")
 _ONE_US = timedelta(microseconds=1)
+_QUARTER = timedelta(minutes=15)
 # missed ticks counted at most per pass (a per-second schedule after a month away)
 _COUNT_CAP = 10_000
 
@@ -183,12 +184,18 @@ class Schedule:
                 yield datetime.fromtimestamp(at_ms / 1000, UTC)
                 at_ms -= step
         assert self.cron is not None
-        local = until.astimezone(ZoneInfo(self.timezone))
+        zone = ZoneInfo(self.timezone)
+        # cronsim loses its way when it starts inside an hour that repeats (clocks
+        # going back: the second 02:00-03:00, fold=1): start after it, drop the extra
+        start = _unfolded(until, zone)
+        local = start.astimezone(zone)
         # cronsim's reverse iteration starts at ``local`` itself only when it has
         # microseconds (they are dropped): so ``until`` is included
-        start = local if local.microsecond else local + _ONE_US
-        for tick in CronSim(self.cron, start, reverse=True):
-            yield tick.astimezone(UTC)
+        local = local if local.microsecond else local + _ONE_US
+        for tick in CronSim(self.cron, local, reverse=True):
+            at = tick.astimezone(UTC)
+            if at <= until:
+                yield at
 
     def next_tick(self, after: datetime) -> datetime:
         """Return the first tick after ``after``, in UTC."""
@@ -196,8 +203,19 @@ class Schedule:
             ms = math.floor(after.timestamp() * 1000)
             return datetime.fromtimestamp((ms - ms % self.every_ms + self.every_ms) / 1000, UTC)
         assert self.cron is not None
-        local = after.astimezone(ZoneInfo(self.timezone))
-        return next(iter(CronSim(self.cron, local))).astimezone(UTC)
+        zone = ZoneInfo(self.timezone)
+        local = _unfolded(after, zone).astimezone(zone)
+        candidate = next(iter(CronSim(self.cron, local))).astimezone(UTC)
+        # cronsim's forward steps pass over an hour that repeats when clocks go back
+        # ("0 * * * *" at 02:00 CEST, then 02:00 CET), its reverse steps do not:
+        # the ticks are the reverse ones, so the next tick is the oldest of them
+        # between ``after`` and the forward answer
+        earlier = None
+        for tick in self.ticks_down(candidate - _ONE_US):
+            if tick <= after:
+                break
+            earlier = tick
+        return earlier or candidate
 
     def job_payload(self, tick: datetime) -> dict[str, Any]:
         """Return the payload of the job of ``tick``: the declared one plus the tick."""
@@ -220,6 +238,13 @@ class Schedule:
             "dedup_key": self.dedup_key,
             "concurrency_key": self.concurrency_key,
         }
+
+
+def _unfolded(at: datetime, zone: ZoneInfo) -> datetime:
+    """Return ``at``, or the first quarter hour after it outside a repeated local hour."""
+    while at.astimezone(zone).fold:
+        at += _QUARTER
+    return at
 
 
 def _duration_text(ms: int) -> str:
