@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 from anyio.abc import TaskStatus
 
-from jobsd.errors import ConfigError, InvalidPayload
+from jobsd.errors import ConfigError, InvalidPayload, TransientConflict
 from jobsd.jobspec import JobSpec
 from jobsd.periodic import Schedule, plan_ticks
 from jobsd.store import schedules as store
@@ -116,6 +116,9 @@ class Scheduler:
                 log.info("scheduler.declared", extra={"schedules": sorted(self.schedules)})
             now, states = await store.state(conn, list(self.schedules), sql_now)
             done.now = now
+            if len(states) < len(self.schedules):
+                # a row was deleted under us: declare again on the next pass
+                self._declared = False
             for state in states:
                 schedule = self.schedules[state.id]
                 if state.paused:
@@ -140,8 +143,14 @@ class Scheduler:
                             "catch_up": schedule.catch_up,
                         },
                     )
-                for tick, late in plan.fire:
-                    await self._fire(conn, schedule, tick, late, sql_now, done)
+                try:
+                    for tick, late in plan.fire:
+                        await self._fire(conn, schedule, tick, late, sql_now, done)
+                except TransientConflict as exc:
+                    # rolled back, nothing taken: the next pass fires the tick
+                    log.warning(
+                        "schedule.conflict", extra={"schedule_id": schedule.id, "error": str(exc)}
+                    )
             upcoming = [self.schedules[s.id].next_tick(now) for s in states if not s.paused] or [
                 now + timedelta(seconds=self.cfg.interval_s)
             ]

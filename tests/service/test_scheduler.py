@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from jobsd.admin.queues import create_queue
-from jobsd.errors import ConfigError, UnknownSchedule
+from jobsd.errors import ConfigError, TransientConflict, UnknownSchedule
 from jobsd.periodic import TICK_KEY, Schedule
 from jobsd.store import schedules as store
 from jobsd.store.connect import make_async_pool
@@ -362,3 +362,40 @@ async def test_a_redeclared_schedule_keeps_its_state(pools: list[AsyncPool], db:
         [info] = await store.info(conn, "r")
     assert (info.type, info.every_ms, info.fired) == ("t2", 120_000, 2)
     assert uuid.UUID(str(info.last_job_id))
+
+
+async def test_a_deleted_schedule_row_is_declared_again(pools: list[AsyncPool], db: ADb) -> None:
+    every = Schedule.build(id="gone", type="t", org_id="acme", every="60s")
+    clock = ManualClock(datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC))
+    sched = scheduler(pools[0], clock, [every])
+    await sched.run_once()
+    await db.execute("DELETE FROM jobsd.schedules WHERE id = 'gone'")
+    clock.advance(60)
+    assert (await sched.run_once()).fired == 0  # nothing to fire from; noticed
+    clock.advance(1)
+    assert (await sched.run_once()).fired == 0  # declared again, as new: from now on
+    clock.advance(60)
+    assert (await sched.run_once()).fired == 1
+    assert [j["tick"] for j in await ticks_of(db, "gone")] == [
+        datetime(2026, 6, 1, 12, 2, tzinfo=UTC)
+    ]
+
+
+async def test_a_conflicting_transaction_leaves_the_tick_to_the_next_pass(
+    pools: list[AsyncPool], db: ADb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    every = Schedule.build(id="c", type="t", org_id="acme", every="60s")
+    clock = ManualClock(datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC))
+    sched = scheduler(pools[0], clock, [every])
+    await sched.run_once()
+    clock.advance(60)
+    real = store.fire_tick
+
+    async def conflict(*args: Any, **kwargs: Any) -> Any:
+        raise TransientConflict("tick of schedule 'c' failed: conflict, retry")
+
+    monkeypatch.setattr(store, "fire_tick", conflict)
+    assert (await sched.run_once()).fired == 0  # logged, not fatal
+    monkeypatch.setattr(store, "fire_tick", real)
+    assert (await sched.run_once()).fired == 1
+    assert [j["tick"] for j in await ticks_of(db, "c")] == [datetime(2026, 6, 1, 12, 1, tzinfo=UTC)]
