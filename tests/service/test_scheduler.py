@@ -25,7 +25,7 @@ from jobsd.store.db import AsyncPool
 from jobsd.worker.clock import ManualClock
 from jobsd.worker.scheduler import Scheduler, SchedulerPass, SchedulerSettings
 
-from .conftest import ADb
+from .conftest import ADb, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -399,3 +399,23 @@ async def test_a_conflicting_transaction_leaves_the_tick_to_the_next_pass(
     monkeypatch.setattr(store, "fire_tick", real)
     assert (await sched.run_once()).fired == 1
     assert [j["tick"] for j in await ticks_of(db, "c")] == [datetime(2026, 6, 1, 12, 1, tzinfo=UTC)]
+
+
+async def test_run_sleeps_until_each_next_tick(pools: list[AsyncPool], db: ADb) -> None:
+    every = Schedule.build(id="run", type="t", org_id="acme", every="5s")
+    start = datetime(2026, 6, 1, 12, 0, 1, tzinfo=UTC)
+    clock = ManualClock(start)  # each sleep of the loop moves it on
+    sched = scheduler(pools[0], clock, [every], interval_s=60.0)
+
+    async def six_jobs() -> bool:
+        return len(await ticks_of(db, "run")) >= 6
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(sched.run)
+        await wait_until(six_jobs, what="six ticks fired by run()", timeout_s=20)
+        tg.cancel_scope.cancel()
+    jobs = await ticks_of(db, "run")
+    assert [j["tick"] for j in jobs[:6]] == [start + timedelta(seconds=4 + 5 * n) for n in range(6)]
+    assert all(0 < s <= 5.01 for s in clock.slept)  # woke at each tick, not at the interval
+    state = await counters(db, "run")
+    assert (state["late"], state["skipped"]) == (0, 0)
