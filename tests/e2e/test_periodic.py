@@ -8,13 +8,13 @@ tests/db/test_db_schedules.py.
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from support.waiting import poll
 
 from .conftest import Proc, make_env, scalar
 
@@ -37,17 +37,6 @@ org_id = "acme"
 """
 
 
-def poll(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_two_daemons_fire_each_tick_once(
     db_url: str,
     conn: psycopg.Connection[Any],
@@ -66,7 +55,7 @@ def test_two_daemons_fire_each_tick_once(
             scalar(conn, "SELECT count(*) FROM jobsd.jobs WHERE payload->'_schedule'->>'id'='beat'")
         )
 
-    poll(lambda: beat_jobs() >= 3, "three ticks of 'beat'")
+    poll(lambda: beat_jobs() >= 3, what="three ticks of 'beat'", timeout_s=30)
     for daemon in daemons:
         daemon.send(signal.SIGTERM)
     assert [daemon.wait() for daemon in daemons] == [0, 0]
