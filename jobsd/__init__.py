@@ -9,6 +9,10 @@ Handle in the daemon (``JOBSD_HANDLERS=myapp.jobs jobsd run``)::
     @jobsd.handler("import_csv", max_attempts=3)
     async def import_csv(ctx: jobsd.JobContext) -> dict[str, int]:
         ...
+
+Run it every night in the daemon's scheduler (``docs/periodic.md``)::
+
+    @jobsd.periodic("30 2 * * *", type="purge", org_id="acme", timezone="Europe/Paris")
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from jobsd.errors import (
 )
 from jobsd.jobspec import EnqueueOptions
 from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.periodic import periodic
 from jobsd.recovery import Recovery
 from jobsd.registry import handler
 from jobsd.retry import RetryPolicy, exponential_backoff
@@ -58,6 +63,7 @@ __all__ = [
     "enqueue_sync",
     "exponential_backoff",
     "handler",
+    "periodic",
 ]
 
 try:

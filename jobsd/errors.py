@@ -24,6 +24,7 @@ __all__ = [
     "TransientConflict",
     "UnknownDependency",
     "UnknownQueue",
+    "UnknownSchedule",
 ]
 
 
@@ -53,6 +54,14 @@ class UnknownQueue(JobsdError, LookupError):
     def __init__(self, queue: str) -> None:
         super().__init__(f"unknown queue {queue!r}: declare it first")
         self.queue = queue
+
+
+class UnknownSchedule(JobsdError, LookupError):
+    """No schedule has this id (schedules are declared by the daemons that run them)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"unknown schedule {schedule_id!r}")
+        self.schedule_id = schedule_id
 
 
 class JobNotFound(JobsdError, LookupError):

@@ -104,6 +104,21 @@ class Settings(BaseSettings):
     worker_id: str = Field(default_factory=_default_worker_id)
     """This daemon's identity in jobs.worker_id and job_events."""
 
+    scheduler: bool = True
+    """Run the scheduler of periodic jobs in this daemon (any number of daemons may)."""
+
+    schedules: str | None = None
+    """A TOML file of ``[[schedules]]`` tables, read and checked at start."""
+
+    schedule_grace: Duration = 60.0
+    """A tick older than this when a scheduler sees it was missed: its catch_up decides."""
+
+    schedule_catch_up_max: int = Field(default=100, ge=1)
+    """How many missed ticks ``catch_up="all"`` fires at most (per schedule, per pass)."""
+
+    scheduler_interval: Duration = 10.0
+    """Longest wait between scheduler passes (it also wakes at each schedule's next tick)."""
+
     log_level: str = "INFO"
     log_format: str = "text"
     """``text`` or ``json`` (one object per line)."""

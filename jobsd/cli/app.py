@@ -22,6 +22,7 @@ from jobsd.cli.queue import queue
 from jobsd.cli.resolve import resolve
 from jobsd.cli.roles import roles
 from jobsd.cli.run import run
+from jobsd.cli.schedule import schedule
 from jobsd.cli.status import status
 from jobsd.cli.token import token
 
@@ -48,6 +49,7 @@ for _command in (
     api,
     token,
     queue,
+    schedule,
     roles,
     prune,
 ):

@@ -19,12 +19,15 @@ __all__ = ["check_schema", "run"]
 def run(slots: int | None) -> None:
     """Run the worker daemon until SIGTERM or SIGINT."""
     from jobsd.logs import setup_logging
+    from jobsd.periodic import load_schedules_file
     from jobsd.store.connect import check_url
     from jobsd.worker.supervisor import run_daemon
 
     settings = load_settings(slots=slots)
     url = require_url(settings)
     setup_logging(settings.log_level, settings.log_format)
+    if settings.schedules:
+        load_schedules_file(settings.schedules)  # a bad file is the first word too
     check_url(url)  # a refusal is the first word, before the daemon starts
     check_schema(url)
     run_daemon(settings)

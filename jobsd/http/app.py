@@ -20,6 +20,7 @@ from jobsd.http.problems import http_error_handler, responses, validation_error_
 from jobsd.http.protocols import DaemonView
 from jobsd.http.queue_routes import queues_router
 from jobsd.http.routes import jobs_router
+from jobsd.http.schedule_routes import schedules_router
 from jobsd.http.settings import HttpSettings
 from jobsd.settings import Settings
 
@@ -64,6 +65,7 @@ def create_app(
         openapi_tags=[
             {"name": "jobs", "description": "Jobs of the caller's org."},
             {"name": "queues", "description": "Queue administration (admin tokens only)."},
+            {"name": "schedules", "description": "Periodic jobs (admin tokens only)."},
             {"name": "health", "description": "Probes, health report and metrics (no token)."},
         ],
     )
@@ -74,6 +76,7 @@ def create_app(
         jobs_router(backend, bearer_org(backend), with_lifespan=False), responses=responses(401)
     )
     app.include_router(queues_router(backend, bearer_admin(backend)), responses=responses(401))
+    app.include_router(schedules_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(health_router(backend))
     app.include_router(metrics_router(backend, registry))
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=backend.body_limit)

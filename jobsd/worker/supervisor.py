@@ -23,6 +23,7 @@ import anyio
 from jobsd.errors import ConfigError
 from jobsd.http import serve as serve_http
 from jobsd.http.settings import HttpSettings
+from jobsd.periodic import ScheduleRegistry, default_schedules, load_schedules_file
 from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
 from jobsd.store import api, workers
@@ -39,6 +40,7 @@ from jobsd.worker.holdings import Holdings
 from jobsd.worker.hooks import FailHooks, HooksSettings
 from jobsd.worker.lifeline import Lifeline, LifelineSettings
 from jobsd.worker.listener import CHANNEL, Listener, ListenerSettings
+from jobsd.worker.scheduler import Scheduler, SchedulerSettings
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.sweeper import Sweeper, SweeperSettings
 from jobsd.worker.waker import Waker
@@ -73,6 +75,7 @@ class Daemon:
         *,
         http: HttpSettings | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        schedules: ScheduleRegistry | None = None,
     ) -> None:
         if not settings.database_url:
             raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
@@ -170,6 +173,24 @@ class Daemon:
             ),
             clock,
         )
+        # the file is checked even when this daemon does not schedule: a bad file is
+        # an error at start, not on the day a scheduling daemon restarts
+        from_file = load_schedules_file(settings.schedules) if settings.schedules else []
+        declared = (schedules or default_schedules).merged(from_file)
+        self.scheduler: Scheduler | None = None
+        if settings.scheduler and declared:
+            self.scheduler = Scheduler(
+                self.pool,
+                SchedulerSettings(
+                    worker_id=settings.worker_id,
+                    interval_s=settings.scheduler_interval,
+                    grace_s=settings.schedule_grace,
+                    catch_up_max=settings.schedule_catch_up_max,
+                    max_payload_bytes=settings.max_payload_bytes,
+                ),
+                clock,
+                declared,
+            )
         self._start_scope = anyio.CancelScope()
         self._claim_scope = anyio.CancelScope()
         self._ready = anyio.Event()
@@ -235,6 +256,8 @@ class Daemon:
                 if not self.stopping:
                     for service in (self.completer, self.heartbeat, self.sweeper, self.hooks):
                         await services.start(service.run)
+                    if self.scheduler is not None:
+                        await services.start(self.scheduler.run)
                     await self._run_jobs()
                     await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
                     with anyio.CancelScope(shield=True), anyio.move_on_after(10):

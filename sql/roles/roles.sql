@@ -102,6 +102,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
 -- a claim locks the running count of each concurrency key it may start (FOR UPDATE
 -- needs UPDATE); the counts themselves are kept by SECURITY DEFINER triggers
 GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
+-- periodic jobs (migration 0013): the scheduler declares its schedules, takes each
+-- tick and enqueues its job through the normal plan (INSERT on jobs), and forgets
+-- ticks older than a week
+GRANT INSERT ON jobsd.jobs TO {worker};
+GRANT SELECT, INSERT, UPDATE ON jobsd.schedules TO {worker};
+GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.schedule_ticks TO {worker};
 
 -- name: roles_grant_functions
 -- Start from nothing on every function, then grant what each role needs; EXECUTE
@@ -116,6 +122,8 @@ GRANT EXECUTE ON FUNCTION jobsd.queue_info(text),
   jobsd.queue_pause(text), jobsd.queue_resume(text), jobsd.queue_drop(text)
   TO {enqueue};
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
+-- the schedules with their last tick's job, every org's (GET /schedules, /metrics)
+GRANT EXECUTE ON FUNCTION jobsd.schedule_info(text) TO {enqueue}, {read};
 
 -- name: roles_grant_api_tokens
 -- The HTTP API, running as the enqueue role, looks bearer tokens up by hash.

@@ -86,6 +86,7 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
     }
     assert _privileges(url, names.worker) == {
         "jobs:SELECT",
+        "jobs:INSERT",  # the scheduler of periodic jobs enqueues
         "jobs:UPDATE",
         "job_events:INSERT",
         "queues:SELECT",
@@ -96,6 +97,13 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "workers:DELETE",
         "concurrency_keys:SELECT",
         "concurrency_keys:UPDATE",
+        "schedules:SELECT",
+        "schedules:INSERT",
+        "schedules:UPDATE",
+        "schedule_ticks:SELECT",
+        "schedule_ticks:INSERT",
+        "schedule_ticks:UPDATE",
+        "schedule_ticks:DELETE",
     }
     # functions PUBLIC may not run: queue administration for the API's enqueue role
     # (queue listing for the read role too); the triggers' functions for nobody
@@ -106,8 +114,9 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "queue_pause",
         "queue_resume",
         "queue_drop",
+        "schedule_info",
     }
-    assert _routines(url, names.read) == {"queue_info"}
+    assert _routines(url, names.read) == {"queue_info", "schedule_info"}
     assert _routines(url, names.worker) == set()
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else
@@ -246,7 +255,8 @@ async def test_enqueue_work_and_read_under_their_roles(roles: Roles) -> None:
 
 @pytest.mark.anyio
 async def test_less_privilege_fails_clearly(roles: Roles) -> None:
-    for kind in ("read", "worker"):
+    # (the worker role enqueues: the scheduler of periodic jobs runs in the daemon)
+    for kind in ("read",):
         async with jobsd.Client(roles.url(kind, org="acme")) as client:
             with pytest.raises(DatabaseError) as info:
                 await client.enqueue("t", {}, org_id="acme")
