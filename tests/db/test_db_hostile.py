@@ -65,9 +65,12 @@ def test_an_oversized_row_from_the_client_is_a_clear_error_and_nothing_is_stored
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     # under the client's own cap (set high here) but over the database's
-    with SyncClient(db_url, settings=Settings(max_payload_bytes=4 * BIG)) as client:
-        with pytest.raises(PayloadTooLarge, match="database's limit"):
-            client.enqueue("t", {"x": "y" * (BIG + 10)}, org_id="acme")
+    settings = Settings(max_payload_bytes=4 * BIG)
+    with (
+        SyncClient(db_url, settings=settings) as client,
+        pytest.raises(PayloadTooLarge, match="database's limit"),
+    ):
+        client.enqueue("t", {"x": "y" * (BIG + 10)}, org_id="acme")
     assert _count(conn) == 0
 
 
