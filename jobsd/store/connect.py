@@ -15,6 +15,7 @@ BackendUnavailable naming the operation (``db_errors``), translated once, here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -24,7 +25,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from jobsd.store.db import AsyncPool, SyncPool, db_errors
-from jobsd.store.tls import require_secure_connection
+from jobsd.store.tls import auth_params, require_secure_connection, unverified_reason
 
 __all__ = [
     "check_url",
@@ -47,6 +48,8 @@ _KEEPALIVES: dict[str, Any] = {
 }
 # a failed reconnect of a pool is retried on the next demand after this long at most
 _POOL_RECONNECT_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
 
 _warned: set[str] = set()
 _trusted: set[str] = set()
@@ -73,12 +76,18 @@ def check_url(url: str) -> str | None:
     reason = require_secure_connection(url, warn=url not in _warned)
     if reason is not None:
         _warned.add(url)
-    return reason
+        return reason
+    unverified = unverified_reason(url)
+    if unverified is not None and url not in _warned:
+        _warned.add(url)
+        log.warning("security.server_not_verified", extra={"reason": unverified})
+    return None
 
 
 def _params(url: str, application_name: str) -> dict[str, Any]:
     check_url(url)
-    return {"application_name": application_name, **_KEEPALIVES}
+    extra = {} if url in _trusted else auth_params(url)
+    return {"application_name": application_name, **_KEEPALIVES, **extra}
 
 
 @contextmanager
