@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -130,3 +131,23 @@ def test_scram_is_required_when_asked_even_in_development(
     monkeypatch.setenv("JOBSD_REQUIRE_SCRAM", "0")
     with connect(db_url, application_name="t", operation="probe") as conn:
         assert conn.execute("SELECT 1").fetchone() == {"?column?": 1}
+
+
+def test_the_database_url_comes_from_the_systemd_credential(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """LoadCredential=database_url:... puts the URL in $CREDENTIALS_DIRECTORY, not in
+    the environment: every command reads it there when JOBSD_DATABASE_URL is unset."""
+    (tmp_path / "database_url").write_text(db_url + "\n")
+    env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "JOBSD_DATABASE_URL": None}
+    runner = CliRunner()
+    enqueued = runner.invoke(jobsd_main, ["enqueue", "noop", "--org", "acme"], env=env)
+    assert enqueued.exit_code == 0, enqueued.output
+    job_id = uuid.UUID(enqueued.stdout.strip())
+    assert conn.execute("SELECT id FROM jobsd.jobs").fetchall() == [(job_id,)]
+    listed = runner.invoke(jobsd_main, ["queue", "list"], env=env)
+    assert listed.exit_code == 0 and "default" in listed.stdout, listed.output
+    # the environment wins when set; no credential and no variable: a clear error
+    (tmp_path / "database_url").unlink()
+    missing = runner.invoke(jobsd_main, ["queue", "list"], env=env)
+    assert missing.exit_code == 1 and "no database configured" in missing.output
