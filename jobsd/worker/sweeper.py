@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import assert_never
@@ -33,11 +33,12 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
+from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.models import Job
 from jobsd.recovery import AMBIGUOUS, Recovery
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
 from jobsd.worker.loop import pause, run_loop
 from jobsd.worker.stats import DaemonStats
@@ -95,12 +96,31 @@ class Sweeper:
         heartbeats every ``sweep_interval_s`` (both jittered), until cancelled."""
         async with anyio.create_task_group() as tg:
             for operation, step, interval_s in (
-                ("death check", self.check_deaths, self.cfg.death_check_interval_s),
-                ("sweep", self.sweep_stale, self.cfg.sweep_interval_s),
+                ("death check", self._survive(self.check_deaths), self.cfg.death_check_interval_s),
+                ("sweep", self._survive(self.sweep_stale), self.cfg.sweep_interval_s),
             ):
                 wait = pause(interval_s, self.clock)
                 tg.start_soon(run_loop, operation, step, wait, self.clock)
             task_status.started()
+
+    def _survive(
+        self, step: Callable[[], Awaitable[SweepCounts]]
+    ) -> Callable[[], Awaitable[SweepCounts]]:
+        """Wrap a pass so that a statement the database refuses (poison, not an outage)
+        is logged with its cause and the pass tried again at the next interval, not
+        retried at once forever, nor the end of the daemon."""
+
+        async def guarded() -> SweepCounts:
+            try:
+                return await step()
+            except BackendUnavailable:
+                raise
+            except DatabaseError as exc:
+                self.stats.sweeps_refused += 1
+                log.error("sweeper.refused", extra={"error": cause_of(exc)}, exc_info=True)
+                return Counter()
+
+        return guarded
 
     async def check_deaths(self) -> SweepCounts:
         """Rescue the jobs of every registered worker whose lock is free; return counts."""

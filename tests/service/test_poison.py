@@ -20,9 +20,11 @@ from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncPool
 from jobsd.worker.clock import ManualClock
 from jobsd.worker.completer import Completer, CompleterSettings
-from jobsd.worker.executor import JobRunner, RunnerSettings
+from jobsd.worker.executor import JobRunner, RunnerSettings, make_context
+from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.stats import DaemonStats
+from jobsd.worker.sweeper import Sweeper, SweeperSettings
 from jobsd.worker.waker import Waker
 
 from .conftest import ADb, fetch_job, make_settings, wait_status
@@ -188,3 +190,64 @@ async def test_an_outcome_too_large_fails_its_job_and_its_batch_mates_are_writte
     assert "could not be stored" in bad["error"]
     assert "jobs_report_size" in bad["error"]
     assert failed == [jobs[1].id]
+
+
+async def test_a_progress_too_large_is_dropped_and_every_job_keeps_its_heartbeat(
+    pool: AsyncPool, db_url: str, db: ADb
+) -> None:
+    async with jobsd.Client(db_url) as client:
+        jobs = [await client.enqueue("t", org_id="acme") for _ in range(3)]
+    async with pool.connection() as c:
+        claimed = await queries.claim_batch(
+            c, limit=3, worker_id=WORKER, queues=None, keep_dedup_types=[]
+        )
+    clock = ManualClock()
+    holdings = Holdings(3, clock)
+    held = [holdings.add(job, make_context(job)) for job in claimed]
+    heartbeat = Heartbeat(pool, HeartbeatSettings(tick_s=1.0, beat_s=10.0), clock, holdings)
+    await held[0].ctx.progress(done=1)
+    await held[1].ctx.progress(blob="x" * 1_100_000)  # over the database's 1 MiB
+    await held[2].ctx.progress(done=3)
+    assert await heartbeat.run_once(force=True) == 3
+    rows = {j.id: await fetch_job(db, j.id) for j in jobs}
+    by_held = [rows[h.job.id]["progress"] for h in held]
+    assert by_held[0]["done"] == 1 and by_held[2]["done"] == 3
+    assert "blob" not in by_held[1] and "updated_at" in by_held[1]
+    assert not any(h.lost for h in held)
+
+
+async def test_a_sweep_the_database_refuses_is_logged_and_tried_again_later(
+    pool: AsyncPool, db_url: str, db: ADb, registry: Registry
+) -> None:
+    async with jobsd.Client(db_url) as client:
+        job = await client.enqueue("t", org_id="acme")
+    await db.execute(
+        "UPDATE jobsd.jobs SET status = 'running', attempts = 1, lease_id = gen_random_uuid(),"
+        " worker_id = 'gone:1:x', started_at = now() - interval '1 h' WHERE id = %s",
+        (job.id,),
+    )
+    # a statement the database refuses whatever the retries: a program limit
+    await db.execute(
+        "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "RAISE EXCEPTION 'too much' USING ERRCODE = 'program_limit_exceeded'; END $$"
+    )
+    await db.execute(
+        "CREATE TRIGGER refuse BEFORE UPDATE OF status ON jobsd.jobs "
+        "FOR EACH ROW EXECUTE FUNCTION public.refuse()"
+    )
+    cfg = SweeperSettings(
+        worker_id=WORKER,
+        death_check_interval_s=5.0,
+        sweep_interval_s=60.0,
+        stale_after_s=600.0,
+        default_max_attempts=1,
+    )
+    stats = DaemonStats()
+    sweeper = Sweeper(pool, cfg, ManualClock(), registry, stats, lambda job: None)
+    guarded = sweeper._survive(sweeper.sweep_stale)
+    assert await guarded() == {}
+    assert await guarded() == {}
+    assert stats.sweeps_refused == 2
+    assert (await fetch_job(db, job.id))["status"] == "running"
+    await db.execute("DROP TRIGGER refuse ON jobsd.jobs")
+    assert await guarded() == {"failed": 1}
