@@ -81,6 +81,7 @@ class Completer:
         # one flush at a time: at shutdown drain() runs while run() may be mid-write, and
         # two writers of the same batch would report written results as discarded
         self._flushing = anyio.Lock()
+        self._settled_at = clock.monotonic()
 
     def submit(self, held: Held, outcome: Outcome) -> None:
         """Queue an outcome for writing; never blocks."""
@@ -99,7 +100,13 @@ class Completer:
             if batch:
                 await self._write(batch)
                 self._inbox.drop(len(batch))
+            self._settled_at = self.clock.monotonic()
             return len(batch)
+
+    def stalled(self, bound_s: float) -> bool:
+        """Say whether outcomes have waited more than ``bound_s`` with no write settling
+        any (the database away, or refusing): the watchdog then stops pinging."""
+        return bool(self._inbox) and self.clock.monotonic() - self._settled_at > bound_s
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write outcomes as they come, until cancelled; retry while the database is away."""

@@ -182,6 +182,9 @@ class Daemon:
         """
         if self.settings.notify and not self.listener.connected:
             return False
+        if self.completer.stalled(self.settings.stall_after):
+            # outcomes pile up and none is written: useless, whatever the ping says
+            return False
         async with acquire(self.pool, "watchdog check") as conn:
             await api.ping(conn)
         return True

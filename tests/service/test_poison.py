@@ -251,3 +251,18 @@ async def test_a_sweep_the_database_refuses_is_logged_and_tried_again_later(
     assert (await fetch_job(db, job.id))["status"] == "running"
     await db.execute("DROP TRIGGER refuse ON jobsd.jobs")
     assert await guarded() == {"failed": 1}
+
+
+async def test_the_completer_says_it_is_stalled_when_outcomes_wait_unwritten(
+    pool: AsyncPool,
+) -> None:
+    clock = ManualClock()
+    holdings = Holdings(1, clock)
+    completer = Completer(
+        pool, CompleterSettings(worker_id=WORKER), clock, holdings, DaemonStats(), Waker(),
+        lambda job: None,
+    )  # fmt: skip
+    assert not completer.stalled(60.0)  # nothing pending: idle, not stalled
+    completer._inbox.put(object())  # type: ignore[arg-type]  # an outcome waiting
+    clock.advance(61)
+    assert completer.stalled(60.0)
