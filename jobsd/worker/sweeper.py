@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
+from jobsd.worker.executor import failure
 from jobsd.worker.loop import pause, run_loop
 from jobsd.worker.stats import DaemonStats
 
@@ -215,14 +217,72 @@ class Sweeper:
     async def sweep_stale(self, *, now: datetime | None = None) -> SweepCounts:
         """Rescue the running jobs whose heartbeat is older than ``stale_after_s``
         (as of ``now``, else the clock's)."""
+        at = now if now is not None else self.clock.sql_now()
+        try:
+            jobs = await self._sweep(at, None)
+        except BackendUnavailable:
+            raise
+        except DatabaseError as exc:
+            log.error("sweeper.pass_refused", extra={"error": cause_of(exc)})
+            jobs = await self._sweep_one_by_one(at)
+        return await self._rescued(jobs)
+
+    async def _sweep(self, now: datetime | None, only: uuid.UUID | None) -> list[Job]:
         async with acquire(self.pool, "sweep") as conn:
-            jobs = await queries.sweep_stale(
+            return await queries.sweep_stale(
                 conn,
                 worker_id=self.cfg.worker_id,
                 stale_after_s=self.cfg.stale_after_s,
                 max_attempts=self.registry.max_attempts(),
                 delivery=self.registry.deliveries(),
                 default_max_attempts=self.cfg.default_max_attempts,
-                now=now if now is not None else self.clock.sql_now(),
+                now=now,
+                only=only,
             )
-        return await self._rescued(jobs)
+
+    async def _sweep_one_by_one(self, now: datetime | None) -> list[Job]:
+        """Rescue the stale jobs one at a time after the database refused them together
+        (poison, not an outage); a job refused on its own is failed with the cause
+        (reason ``rescue rejected``), so that it cannot hold back the others again."""
+        async with acquire(self.pool, "sweep") as conn:
+            stale = await queries.stale_jobs(conn, stale_after_s=self.cfg.stale_after_s, now=now)
+        rescued: list[Job] = []
+        for job_id, lease_id in stale:
+            try:
+                rescued.extend(await self._sweep(now, job_id))
+            except BackendUnavailable:
+                raise
+            except DatabaseError as exc:
+                failed = await self._fail_unrescuable(job_id, lease_id, exc)
+                if failed is not None:
+                    rescued.append(failed)
+        return rescued
+
+    async def _fail_unrescuable(
+        self, job_id: uuid.UUID, lease_id: uuid.UUID | None, exc: DatabaseError
+    ) -> Job | None:
+        cause = f"rescue failed: {cause_of(exc)}"
+        log.error("job.rescue_rejected", extra={"job_id": str(job_id), "error": cause})
+        if lease_id is None:
+            return None
+        outcome = failure(cause, reason="rescue rejected")
+        row = queries.FinishRow(
+            job_id=job_id,
+            lease_id=lease_id,
+            status=outcome.status,
+            report_json=outcome.report_json,
+            error=outcome.error,
+            reason=outcome.reason,
+            progress=None,
+            run_after=None,
+            delay_s=None,
+        )
+        try:
+            async with acquire(self.pool, "sweep") as conn:
+                written = await queries.finish_batch(conn, [row])
+        except DatabaseError as again:
+            if isinstance(again, BackendUnavailable):
+                raise
+            log.error("job.rescue_failed", extra={"job_id": str(job_id), "error": str(again)})
+            return None
+        return written.get(job_id)

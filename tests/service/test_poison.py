@@ -14,6 +14,7 @@ import pytest
 from support.daemon import running_daemon
 
 import jobsd
+from jobsd.errors import DatabaseError
 from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.connect import make_async_pool
@@ -24,7 +25,7 @@ from jobsd.worker.executor import JobRunner, RunnerSettings, make_context
 from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.stats import DaemonStats
-from jobsd.worker.sweeper import Sweeper, SweeperSettings
+from jobsd.worker.sweeper import SweepCounts, Sweeper, SweeperSettings
 from jobsd.worker.waker import Waker
 
 from .conftest import ADb, fetch_job, make_settings, wait_status
@@ -216,25 +217,53 @@ async def test_a_progress_too_large_is_dropped_and_every_job_keeps_its_heartbeat
     assert not any(h.lost for h in held)
 
 
-async def test_a_sweep_the_database_refuses_is_logged_and_tried_again_later(
+async def test_a_stale_job_the_database_refuses_to_rescue_fails_alone(
     pool: AsyncPool, db_url: str, db: ADb, registry: Registry
 ) -> None:
+    @jobsd.handler("t", max_attempts=3, registry=registry)
+    async def t(ctx: jobsd.JobContext) -> None:
+        return None
+
     async with jobsd.Client(db_url) as client:
-        job = await client.enqueue("t", org_id="acme")
+        jobs = [await client.enqueue("t", org_id="acme") for _ in range(3)]
     await db.execute(
         "UPDATE jobsd.jobs SET status = 'running', attempts = 1, lease_id = gen_random_uuid(),"
-        " worker_id = 'gone:1:x', started_at = now() - interval '1 h' WHERE id = %s",
-        (job.id,),
+        " worker_id = 'gone:1:x', started_at = now() - interval '1 h'"
     )
-    # a statement the database refuses whatever the retries: a program limit
+    poisoned = jobs[1].id
+    # the database refuses to requeue that one job, whatever the retries: a program limit
     await db.execute(
         "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         "RAISE EXCEPTION 'too much' USING ERRCODE = 'program_limit_exceeded'; END $$"
     )
     await db.execute(
-        "CREATE TRIGGER refuse BEFORE UPDATE OF status ON jobsd.jobs "
-        "FOR EACH ROW EXECUTE FUNCTION public.refuse()"
+        "CREATE TRIGGER refuse BEFORE UPDATE OF status ON jobsd.jobs FOR EACH ROW "
+        f"WHEN (NEW.status = 'queued' AND NEW.id = '{poisoned}') "
+        "EXECUTE FUNCTION public.refuse()"
     )
+    cfg = SweeperSettings(
+        worker_id=WORKER,
+        death_check_interval_s=5.0,
+        sweep_interval_s=60.0,
+        stale_after_s=600.0,
+        default_max_attempts=1,
+    )
+    failed: list[uuid.UUID] = []
+    sweeper = Sweeper(
+        pool, cfg, ManualClock(), registry, DaemonStats(), lambda job: failed.append(job.id)
+    )
+    assert await sweeper.sweep_stale() == {"queued": 2, "failed": 1}
+    rows = [await fetch_job(db, j.id) for j in jobs]
+    assert [r["status"] for r in rows] == ["queued", "failed", "queued"]
+    assert rows[1]["reason"] == "rescue rejected"
+    assert rows[1]["error"].startswith("rescue failed: too much")
+    assert failed == [poisoned]
+    assert await sweeper.sweep_stale() == {}  # nothing left: no loop
+
+
+async def test_a_pass_refused_as_a_whole_is_logged_and_tried_at_the_next_interval(
+    pool: AsyncPool, registry: Registry
+) -> None:
     cfg = SweeperSettings(
         worker_id=WORKER,
         death_check_interval_s=5.0,
@@ -244,13 +273,13 @@ async def test_a_sweep_the_database_refuses_is_logged_and_tried_again_later(
     )
     stats = DaemonStats()
     sweeper = Sweeper(pool, cfg, ManualClock(), registry, stats, lambda job: None)
-    guarded = sweeper._survive(sweeper.sweep_stale)
+
+    async def refused() -> SweepCounts:
+        raise DatabaseError("sweep failed: too much")
+
+    guarded = sweeper._survive(refused)
     assert await guarded() == {}
-    assert await guarded() == {}
-    assert stats.sweeps_refused == 2
-    assert (await fetch_job(db, job.id))["status"] == "running"
-    await db.execute("DROP TRIGGER refuse ON jobsd.jobs")
-    assert await guarded() == {"failed": 1}
+    assert stats.sweeps_refused == 1
 
 
 async def test_the_completer_says_it_is_stalled_when_outcomes_wait_unwritten(
