@@ -63,6 +63,8 @@ def health_router(backend: ApiBackend) -> APIRouter:
         daemon = backend.daemon
         if daemon is not None and daemon.settings.notify:
             checks["daemon_listen"] = daemon.listener.connected
+        if daemon is not None:
+            checks["daemon_progress"] = daemon.making_progress()
         ready = all(checks.values())
         if not ready:
             response.status_code = 503
