@@ -7,7 +7,6 @@ the database refuses fails its own job with a cause while its batch-mates are wr
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -17,7 +16,6 @@ import jobsd
 from jobsd.errors import DatabaseError
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncPool
 from jobsd.worker.clock import ManualClock
 from jobsd.worker.completer import Completer, CompleterSettings
@@ -36,15 +34,15 @@ WORKER = "test-host:1:poison"
 CHAIN = 10_000
 
 
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[AsyncPool]:
-    """Open a small pool on the test's database."""
-    pool = make_async_pool(db_url, name="test", min_size=1, max_size=2, timeout_s=5.0)
-    await pool.open(wait=True)
-    try:
-        yield pool
-    finally:
-        await pool.close()
+def _sweeper_settings() -> SweeperSettings:
+    """Return a sweeper's settings: stale after 10 minutes, one attempt by default."""
+    return SweeperSettings(
+        worker_id=WORKER,
+        death_check_interval_s=5.0,
+        sweep_interval_s=60.0,
+        stale_after_s=600.0,
+        default_max_attempts=1,
+    )
 
 
 def _make_chain(conn: psycopg.Connection[object], length: int) -> uuid.UUID:
@@ -241,13 +239,7 @@ async def test_a_stale_job_the_database_refuses_to_rescue_fails_alone(
         f"WHEN (NEW.status = 'queued' AND NEW.id = '{poisoned}') "
         "EXECUTE FUNCTION public.refuse()"
     )
-    cfg = SweeperSettings(
-        worker_id=WORKER,
-        death_check_interval_s=5.0,
-        sweep_interval_s=60.0,
-        stale_after_s=600.0,
-        default_max_attempts=1,
-    )
+    cfg = _sweeper_settings()
     failed: list[uuid.UUID] = []
     sweeper = Sweeper(
         pool, cfg, ManualClock(), registry, DaemonStats(), lambda job: failed.append(job.id)
@@ -264,13 +256,7 @@ async def test_a_stale_job_the_database_refuses_to_rescue_fails_alone(
 async def test_a_pass_refused_as_a_whole_is_logged_and_tried_at_the_next_interval(
     pool: AsyncPool, registry: Registry
 ) -> None:
-    cfg = SweeperSettings(
-        worker_id=WORKER,
-        death_check_interval_s=5.0,
-        sweep_interval_s=60.0,
-        stale_after_s=600.0,
-        default_max_attempts=1,
-    )
+    cfg = _sweeper_settings()
     stats = DaemonStats()
     sweeper = Sweeper(pool, cfg, ManualClock(), registry, stats, lambda job: None)
 
