@@ -167,7 +167,7 @@ def jobs_router(
     @router.get(
         "/jobs",
         response_model=JobPage,
-        responses=responses(503),
+        responses=responses(429, 503),
         operation_id="list_jobs",
         summary="List the org's jobs, newest first",
         description="Keyset-paginated: pass `next_cursor` as `cursor` for the next page. "
@@ -216,12 +216,15 @@ def jobs_router(
     @router.get(
         "/jobs/{job_id}",
         response_model=JobDetail,
-        responses=responses(404, 503),
+        responses=responses(404, 429, 503),
         operation_id="get_job",
         summary="Read a job and its history",
         description="With `wait=S`, answers as soon as the job is terminal (succeeded, failed, "
         "cancelled), woken by a database notification, or after S seconds (capped by "
-        "JOBSD_LONGPOLL_MAX) with the current state.",
+        "JOBSD_LONGPOLL_MAX) with the current state. Over the token's read rate "
+        "(JOBSD_READ_RATE), or with too many long-polls open (JOBSD_LONGPOLL_MAX_CONCURRENT "
+        "in all, JOBSD_LONGPOLL_MAX_PER_TOKEN per token; code too_many_waits): 429 with "
+        "Retry-After.",
     )
     async def get_job(
         job_id: uuid.UUID,
