@@ -124,9 +124,9 @@ _SIZE_CHECKS = {
     "jobs_payload_size": "payload over the database's limit of 1048576 bytes (as jsonb text)",
     "jobs_report_size": "report over the database's limit of 1048576 bytes (as jsonb text)",
     "jobs_progress_size": "progress over the database's limit of 1048576 bytes (as jsonb text)",
-    "jobs_type_size": "job type empty or longer than 200 characters",
+    "jobs_type_size": "job type longer than 200 characters",
     "jobs_dedup_key_size": "dedup_key longer than 512 characters",
-    "jobs_org_id_size": "org_id empty or longer than 255 bytes",
+    "jobs_org_id_size": "org_id longer than 255 bytes",
 }
 
 

@@ -140,9 +140,9 @@ ALTER TABLE jobsd.jobs
   ADD CONSTRAINT jobs_payload_size CHECK (octet_length(payload::text) <= 1048576) NOT VALID,
   ADD CONSTRAINT jobs_report_size CHECK (octet_length(report::text) <= 1048576) NOT VALID,
   ADD CONSTRAINT jobs_progress_size CHECK (octet_length(progress::text) <= 1048576) NOT VALID,
-  ADD CONSTRAINT jobs_type_size CHECK (char_length(type) BETWEEN 1 AND 200) NOT VALID,
+  ADD CONSTRAINT jobs_type_size CHECK (char_length(type) <= 200) NOT VALID,
   ADD CONSTRAINT jobs_dedup_key_size CHECK (char_length(dedup_key) <= 512) NOT VALID,
-  ADD CONSTRAINT jobs_org_id_size CHECK (octet_length(org_id) BETWEEN 1 AND 255) NOT VALID;
+  ADD CONSTRAINT jobs_org_id_size CHECK (octet_length(org_id) <= 255) NOT VALID;
 
 ALTER TABLE jobsd.jobs VALIDATE CONSTRAINT jobs_payload_size;
 ALTER TABLE jobsd.jobs VALIDATE CONSTRAINT jobs_report_size;
