@@ -78,10 +78,14 @@ class JobSpec:
         unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
         if unknown:
             raise TypeError(f"unknown enqueue option {unknown[0]!r}")
-        if not type:
-            raise ValueError("job type must be a non-empty string")
-        if not org_id:
-            raise ValueError("org_id must be a non-empty string")
+        # the database's CHECKs (migration 0011), refused here before any SQL
+        if not type or len(type) > 200:
+            raise ValueError("job type must be a non-empty string of at most 200 characters")
+        if not org_id or len(org_id.encode("utf-8", "surrogatepass")) > 255:
+            raise ValueError("org_id must be a non-empty string of at most 255 bytes")
+        dedup_key = options.get("dedup_key")
+        if dedup_key is not None and len(dedup_key) > 512:
+            raise ValueError("dedup_key must be at most 512 characters")
         run_after = options.get("run_after")
         if run_after is not None and run_after.tzinfo is None:
             raise ValueError("run_after must be timezone-aware")

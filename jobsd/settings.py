@@ -9,12 +9,37 @@ from __future__ import annotations
 import os
 import re
 import socket
+from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["Settings", "parse_duration"]
+__all__ = ["CREDENTIAL_DATABASE_URL", "Settings", "credential_database_url", "parse_duration"]
+
+# the systemd credential (LoadCredential=database_url:...) that holds the database URL
+CREDENTIAL_DATABASE_URL = "database_url"
+
+
+def credential_database_url() -> str | None:
+    """Return the database URL from the systemd credential ``database_url``, if any.
+
+    systemd puts a unit's credentials (``LoadCredential=``) in ``$CREDENTIALS_DIRECTORY``,
+    readable by the service alone and never in its environment, so handlers and their
+    children do not inherit the secret. Surrounding whitespace is dropped.
+    """
+    directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return None
+    path = Path(directory) / CREDENTIAL_DATABASE_URL
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the credential {path}: {exc}") from exc
+    return text or None
+
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -50,7 +75,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBSD_", extra="ignore")
 
     database_url: str | None = None
-    """libpq URL or key=value string; unset means "no database configured"."""
+    """libpq URL or key=value string; unset means the systemd credential ``database_url``
+    (``$CREDENTIALS_DIRECTORY/database_url``), else "no database configured"."""
 
     handlers: CommaList = []
     """Modules to import at start; importing them registers their handlers."""
@@ -63,6 +89,10 @@ class Settings(BaseSettings):
 
     poll_interval: Duration = 1.5
     """Mean time between polls; each wait is jittered to 2/3..4/3 of it (1-2 s by default)."""
+
+    stall_after: Duration = 120.0
+    """The daemon counts as unhealthy (no watchdog ping) when outcomes have waited this
+    long without any being written."""
 
     stale_after: Duration = 600.0
     """A running job whose heartbeat is older than this is rescued by the sweeper."""
@@ -129,6 +159,13 @@ class Settings(BaseSettings):
         if value not in ("text", "json"):
             raise ValueError("log_format must be 'text' or 'json'")
         return value
+
+    @model_validator(mode="after")
+    def _url_from_credential(self) -> Settings:
+        # JOBSD_DATABASE_URL (or an explicit value) wins; else the systemd credential
+        if not self.database_url:
+            self.database_url = credential_database_url()
+        return self
 
     @property
     def effective_heartbeat_s(self) -> float:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from jobsd.errors import ConfigError
-from jobsd.settings import Settings
+from jobsd.settings import Settings, credential_database_url
 
 if TYPE_CHECKING:
     from jobsd.store.db import AsyncConn
@@ -36,7 +36,10 @@ def require_url(settings: Settings) -> str:
 
 
 def given_url(database_url: str | None) -> str:
-    """Return ``--database-url`` (its default is JOBSD_DATABASE_URL), or raise ConfigError."""
+    """Return ``--database-url`` (its default is JOBSD_DATABASE_URL, then the systemd
+    credential ``database_url``), or raise ConfigError."""
+    if not database_url:
+        database_url = credential_database_url()
     if not database_url:
         raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
     return database_url

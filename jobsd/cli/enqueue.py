@@ -57,6 +57,8 @@ def enqueue(
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
         fail(f"--payload is not valid JSON: {exc}")
+    except RecursionError:
+        fail("--payload is nested too deeply")
     run_after = options.get("run_after")
     if run_after is not None and run_after.tzinfo is None:
         options["run_after"] = run_after.replace(tzinfo=UTC)

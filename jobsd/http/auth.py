@@ -41,8 +41,12 @@ def _resolver(backend: ApiBackend) -> Callable[..., Awaitable[tokens.TokenGrant]
         token = credentials.credentials
         if not tokens.looks_like_token(token):
             raise _unauthorized("invalid bearer token")
+        digest = tokens.hash_token(token)
         with store_errors("token lookup"):
-            found = await backend.read("token lookup", find_token, tokens.hash_token(token))
+            # one lookup per token and second, however many requests carry it
+            found: tokens.TokenGrant | None = await backend.grants.get(
+                digest.hex(), lambda: backend.read("token lookup", find_token, digest)
+            )
         if found is None:
             raise _unauthorized("invalid bearer token")
         setattr(request.state, TOKEN_ID_STATE, found.id)

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import anyio
 
 from jobsd.errors import BackendUnavailable, ConfigError
+from jobsd.http.loadlimits import ConcurrencyCap, ProbeCache
 from jobsd.http.monitor import LoopMonitor
 from jobsd.http.problems import problem
 from jobsd.http.protocols import DaemonView
@@ -57,7 +58,18 @@ class ApiBackend:
         self.started_monotonic = time.monotonic()
         rate = self.http.submit_rate_limit()
         self.submit_limiter: SubmitLimiter | None = SubmitLimiter(rate) if rate else None
+        reads = self.http.read_rate_limit()
+        self.read_limiter: SubmitLimiter | None = SubmitLimiter(reads) if reads else None
+        self.longpolls = ConcurrencyCap(
+            self.http.longpoll_max_concurrent, self.http.longpoll_max_per_token
+        )
+        self.probes = ProbeCache(self.http.probe_cache_s)
+        self.grants = ProbeCache(self.http.token_cache_s)
+        # long-polls read through at most half the pool: however many wait, the other
+        # half stays free for submissions (a long-poll may wait its turn: it has time)
+        self.longpoll_reads = anyio.Semaphore(max(1, self.settings.pool_size // 2))
         self._pool: AsyncPool | None = None
+        self._probe_pool: AsyncPool | None = None
         self._waiter: DoneWaiter | None = None
         self._ready: anyio.Event | None = None
 
@@ -135,6 +147,21 @@ class ApiBackend:
             async with acquire(self.pool, operation) as conn:
                 return await fn(conn, *args, **kwargs)
 
+    async def probe_read(
+        self,
+        operation: str,
+        fn: Callable[Concatenate[AsyncConn, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Run ``fn(conn, ...)`` for a probe on the probes' own connection, never the
+        tenants' pool: a flood of probes cannot delay a submission (see ``probes``)."""
+        pool = self._probe_pool
+        if pool is None:
+            raise _not_started()
+        async with acquire(pool, operation) as conn:
+            return await fn(conn, *args, **kwargs)
+
     @asynccontextmanager
     async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
         """Open the pool and the waiter; close them on exit."""
@@ -148,8 +175,13 @@ class ApiBackend:
             max_size=self.settings.pool_size,
             timeout_s=self.http.ready_timeout,
         )
+        probe_pool = make_async_pool(
+            url, name="probe", min_size=1, max_size=2, timeout_s=self.http.ready_timeout
+        )
         waiter = DoneWaiter(url)
         await pool.open(wait=False)
+        await probe_pool.open(wait=False)
+        self._probe_pool = probe_pool
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(waiter.run)
@@ -167,7 +199,8 @@ class ApiBackend:
         finally:
             with anyio.CancelScope(shield=True):
                 await pool.close()
-            self._pool = self._waiter = None
+                await probe_pool.close()
+            self._pool = self._waiter = self._probe_pool = None
             log.info("api.stopped")
 
 

@@ -63,6 +63,8 @@ def health_router(backend: ApiBackend) -> APIRouter:
         daemon = backend.daemon
         if daemon is not None and daemon.settings.notify:
             checks["daemon_listen"] = daemon.listener.connected
+        if daemon is not None:
+            checks["daemon_progress"] = daemon.making_progress()
         ready = all(checks.values())
         if not ready:
             response.status_code = 503
@@ -89,7 +91,11 @@ async def _database_ok(backend: ApiBackend) -> bool:
         return False
     with anyio.move_on_after(backend.http.ready_timeout):
         try:
-            return await backend.read("readiness check", api.ping)
+            # cached: a flood of probes asks the database once a second at most
+            ok: bool = await backend.probes.get(
+                "readiness", lambda: backend.probe_read("readiness check", api.ping)
+            )
+            return ok
         except (BackendUnavailable, DatabaseError):
             return False
     return False
@@ -107,8 +113,11 @@ async def build_report(backend: ApiBackend) -> HealthReport:
     if backend.started:
         with anyio.move_on_after(http.ready_timeout + 1):
             try:
-                row = await backend.read(
-                    "health report", api.health_row, timeout_s=http.ready_timeout
+                row = await backend.probes.get(
+                    "health",
+                    lambda: backend.probe_read(
+                        "health report", api.health_row, timeout_s=http.ready_timeout
+                    ),
                 )
                 database = True
             except (BackendUnavailable, DatabaseError):

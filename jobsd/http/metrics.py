@@ -55,15 +55,23 @@ class JobsdCollector(Collector):
         if not backend.started:
             return
         try:
-            self._depth = await backend.read(
-                "queue depth", api.queue_depth, timeout_s=backend.http.ready_timeout
+            self._depth = await backend.probes.get(
+                "queue depth",
+                lambda: backend.probe_read(
+                    "queue depth", api.queue_depth, timeout_s=backend.http.ready_timeout
+                ),
             )
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.depth_unavailable", extra={"error": str(exc)})
             return
         try:
-            self._notify_usage = await backend.read(
-                "notify queue usage", api.notify_queue_usage, timeout_s=backend.http.ready_timeout
+            self._notify_usage = await backend.probes.get(
+                "notify queue usage",
+                lambda: backend.probe_read(
+                    "notify queue usage",
+                    api.notify_queue_usage,
+                    timeout_s=backend.http.ready_timeout,
+                ),
             )
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.notify_usage_unavailable", extra={"error": str(exc)})

@@ -151,7 +151,31 @@ class AsciiJSONResponse(JSONResponse):
 async def validation_error_handler(request: Request, exc: Exception) -> Response:
     """Answer 422 like FastAPI does, but never fail on input that cannot be encoded as UTF-8."""
     assert isinstance(exc, RequestValidationError)
-    return AsciiJSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+    return AsciiJSONResponse({"detail": _encodable_errors(exc.errors())}, status_code=422)
+
+
+def _encodable_errors(errors: Any) -> Any:
+    """Encode validation errors whatever input they quote: bytes that are not UTF-8 (a
+    raw body under a non-JSON type) are decoded with replacement characters, and an
+    input nothing can encode is left out rather than failing the answer."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, bytes | bytearray):
+            return bytes(value[:1024]).decode("utf-8", "replace")
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(v) for v in value]
+        return value
+
+    try:
+        return jsonable_encoder(clean(list(errors)))
+    except (ValueError, TypeError, RecursionError):
+        return [
+            {k: str(v)[:1024] for k, v in error.items() if k != "input"}
+            for error in errors
+            if isinstance(error, dict)
+        ]
 
 
 async def http_error_handler(request: Request, exc: Exception) -> Response:

@@ -167,7 +167,7 @@ def jobs_router(
     @router.get(
         "/jobs",
         response_model=JobPage,
-        responses=responses(503),
+        responses=responses(429, 503),
         operation_id="list_jobs",
         summary="List the org's jobs, newest first",
         description="Keyset-paginated: pass `next_cursor` as `cursor` for the next page. "
@@ -175,6 +175,7 @@ def jobs_router(
     )
     async def list_jobs(
         org_id: Org,
+        request: Request,
         status: Annotated[JobStatus | None, Query(description="Only this state.")] = None,
         type: Annotated[
             str | None,
@@ -189,6 +190,7 @@ def jobs_router(
             str | None, Query(max_length=200, description="`next_cursor` of the previous page.")
         ] = None,
     ) -> JobPage:
+        _limit_reads(backend, request, org_id)
         after = None
         if cursor is not None:
             try:
@@ -214,25 +216,39 @@ def jobs_router(
     @router.get(
         "/jobs/{job_id}",
         response_model=JobDetail,
-        responses=responses(404, 503),
+        responses=responses(404, 429, 503),
         operation_id="get_job",
         summary="Read a job and its history",
         description="With `wait=S`, answers as soon as the job is terminal (succeeded, failed, "
         "cancelled), woken by a database notification, or after S seconds (capped by "
-        "JOBSD_LONGPOLL_MAX) with the current state.",
+        "JOBSD_LONGPOLL_MAX) with the current state. Over the token's read rate "
+        "(JOBSD_READ_RATE), or with too many long-polls open (JOBSD_LONGPOLL_MAX_CONCURRENT "
+        "in all, JOBSD_LONGPOLL_MAX_PER_TOKEN per token; code too_many_waits): 429 with "
+        "Retry-After.",
     )
     async def get_job(
         job_id: uuid.UUID,
         org_id: Org,
+        request: Request,
         wait: Annotated[
             float | None,
             Query(ge=0, allow_inf_nan=False, description="Long-poll for up to this many seconds."),
         ] = None,
     ) -> JobDetail:
+        key = _limit_reads(backend, request, org_id)
         with store_errors(f"read of job {job_id}"):
             if wait:
-                await _wait_terminal(backend, job_id, org_id, min(wait, backend.http.longpoll_max))
-            row = await backend.read(f"read of job {job_id}", api.get_job_row, job_id, org_id)
+                with backend.longpolls.hold(key) as admitted:
+                    if not admitted:
+                        raise _too_many_waits(backend)
+                    timeout_s = min(wait, backend.http.longpoll_max)
+                    await _wait_terminal(backend, job_id, org_id, timeout_s)
+                    async with backend.longpoll_reads:
+                        row = await backend.read(
+                            f"read of job {job_id}", api.get_job_row, job_id, org_id
+                        )
+            else:
+                row = await backend.read(f"read of job {job_id}", api.get_job_row, job_id, org_id)
         if row is None:
             raise _not_found(job_id)
         return JobDetail.from_row(row)
@@ -297,6 +313,42 @@ def jobs_router(
     return router
 
 
+def _client_key(request: Request, org_id: str) -> str:
+    """Return the key limits count by: the request's token, else its org."""
+    token_id = getattr(request.state, TOKEN_ID_STATE, None)
+    return f"token:{token_id}" if token_id is not None else f"org:{org_id}"
+
+
+def _limit_reads(backend: ApiBackend, request: Request, org_id: str) -> str:
+    """Take one read from the token's bucket (429 when empty); return the token's key."""
+    key = _client_key(request, org_id)
+    limiter = backend.read_limiter
+    if limiter is not None:
+        wait_s = limiter.take(key)
+        if wait_s > 0:
+            log.info("api.read_rate_limited", extra={"key": key, "org_id": org_id})
+            retry_s = limiter.retry_after_s(wait_s)
+            raise problem(
+                429,
+                "rate_limited",
+                f"too many reads with this token (limit {limiter.rate.text}): retry in {retry_s} s",
+                headers={"Retry-After": str(retry_s)},
+            )
+    return key
+
+
+def _too_many_waits(backend: ApiBackend) -> Exception:
+    caps = backend.longpolls
+    log.info("api.longpoll_refused", extra={"open": caps.open})
+    return problem(
+        429,
+        "too_many_waits",
+        f"too many long-polls open (at most {caps.total} in all, {caps.per_key} per token): "
+        "retry without ?wait= or later",
+        headers={"Retry-After": "1"},
+    )
+
+
 def _not_found(job_id: uuid.UUID) -> Exception:
     return problem(404, "job_not_found", f"job {job_id} not found")
 
@@ -313,7 +365,10 @@ async def _wait_terminal(
     waiter = backend.waiter
     with waiter.watch(job_id) as watch:
         while True:
-            status = await backend.read(f"status of job {job_id}", api.job_status, job_id, org_id)
+            async with backend.longpoll_reads:
+                status = await backend.read(
+                    f"status of job {job_id}", api.job_status, job_id, org_id
+                )
             if status is None or status.terminal:
                 return
             remaining = deadline - anyio.current_time()

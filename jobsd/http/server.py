@@ -112,6 +112,8 @@ async def serve(
         server_header=False,
         timeout_graceful_shutdown=int(max(http.http_shutdown_grace, 1)),
         ws="none",
+        # beyond this many connections and requests at once, 503 at once
+        limit_concurrency=http.http_max_concurrency,
     )
     _quiet_uvicorn()
     server = _Server(config)

@@ -42,9 +42,34 @@ class HttpSettings(BaseSettings):
     max_body_bytes: int | None = Field(default=None, ge=1024)
     """Largest request body; unset means twice JOBSD_MAX_PAYLOAD_BYTES plus 64 KiB."""
 
-    submit_rate: str | None = None
+    submit_rate: str | None = "1000/s"
     """Submissions allowed per token, as ``N/s``, ``N/m`` or ``N/h`` (bursts of N);
-    unset (or ``off``) means no limit. Over it, ``POST /jobs`` answers 429."""
+    ``off`` means no limit. Over it, ``POST /jobs`` answers 429."""
+
+    read_rate: str | None = "1000/s"
+    """Reads (``GET /jobs``, ``GET /jobs/{id}``) allowed per token, as ``submit_rate``;
+    ``off`` means no limit. Over it, the read answers 429."""
+
+    http_max_concurrency: int = Field(default=1024, ge=1)
+    """Connections and requests the server handles at once; beyond, uvicorn answers 503
+    at once (its ``limit_concurrency``)."""
+
+    longpoll_max_concurrent: int = Field(default=256, ge=1)
+    """Long-polls (``GET /jobs/{id}?wait=``) open at once, all tokens together; beyond,
+    429 at once."""
+
+    longpoll_max_per_token: int = Field(default=32, ge=1)
+    """Long-polls open at once per token; beyond, 429 at once."""
+
+    token_cache_s: float = Field(default=1.0, ge=0)
+    """A token lookup's answer serves the requests carrying that token for this long
+    (one lookup per token and interval under a flood); a revoked token stops working
+    within it. 0 looks every request's token up."""
+
+    probe_cache_s: float = Field(default=1.0, ge=0)
+    """The probes (/readyz, /health, /metrics) ask the database at most once per this
+    interval, whatever the number of callers; the others get the last answer. 0 asks
+    at every probe."""
 
     longpoll_max: Duration = 30.0
     """Longest ``?wait=`` a client gets; longer waits are cut to this."""
@@ -74,7 +99,7 @@ class HttpSettings(BaseSettings):
             parse_addr(value)
         return value or None
 
-    @field_validator("submit_rate")
+    @field_validator("submit_rate", "read_rate")
     @classmethod
     def _valid_rate(cls, value: str | None) -> str | None:
         if value is None or value.strip().lower() in ("", "off", "none"):
@@ -84,6 +109,10 @@ class HttpSettings(BaseSettings):
     def submit_rate_limit(self) -> Rate | None:
         """Return the submission rate per token, or None (no limit)."""
         return Rate.parse(self.submit_rate) if self.submit_rate else None
+
+    def read_rate_limit(self) -> Rate | None:
+        """Return the read rate per token, or None (no limit)."""
+        return Rate.parse(self.read_rate) if self.read_rate else None
 
     def body_limit(self, max_payload_bytes: int) -> int:
         """Return the request body cap in bytes."""

@@ -20,6 +20,7 @@ BackendUnavailable naming the operation (``db_errors``), translated once, here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -32,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from jobsd.store.db import AsyncPool, DeadlinePool, SyncPool, db_errors
 from jobsd.store.named import run_named
-from jobsd.store.tls import require_secure_connection
+from jobsd.store.tls import auth_params, require_secure_connection, unverified_reason
 
 __all__ = [
     "check_url",
@@ -61,6 +62,8 @@ _DEADLINE_MARGIN_S = 1.0
 # a failed reconnect of a pool is retried on the next demand after this long at most
 _POOL_RECONNECT_TIMEOUT_S = 10.0
 
+log = logging.getLogger(__name__)
+
 _warned: set[str] = set()
 _trusted: set[str] = set()
 
@@ -86,7 +89,12 @@ def check_url(url: str) -> str | None:
     reason = require_secure_connection(url, warn=url not in _warned)
     if reason is not None:
         _warned.add(url)
-    return reason
+        return reason
+    unverified = unverified_reason(url)
+    if unverified is not None and url not in _warned:
+        _warned.add(url)
+        log.warning("security.server_not_verified", extra={"reason": unverified})
+    return None
 
 
 def _params(url: str, application_name: str) -> dict[str, Any]:
@@ -94,7 +102,8 @@ def _params(url: str, application_name: str) -> dict[str, Any]:
     # a value the URL sets itself (a longer connect_timeout for a far server) wins
     given = conninfo_to_dict(url)
     link = {k: v for k, v in _KEEPALIVES.items() if k not in given}
-    return {"application_name": application_name, **link}
+    extra = {} if url in _trusted else auth_params(url)
+    return {"application_name": application_name, **link, **extra}
 
 
 @contextmanager

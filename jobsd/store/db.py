@@ -32,6 +32,7 @@ from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
     InvalidPayload,
+    PayloadTooLarge,
     QueueFull,
     TransientConflict,
     UnknownQueue,
@@ -45,7 +46,9 @@ __all__ = [
     "SyncPool",
     "acquire",
     "acquire_sync",
+    "cause_of",
     "db_errors",
+    "is_unavailable",
     "make_async_pool",
     "transient_retries",
 ]
@@ -86,6 +89,11 @@ def db_errors(operation: str) -> Iterator[None]:
         if exc.diag.constraint_name == "jobs_queue_fkey":
             raise UnknownQueue(_queue_from_detail(exc.diag.message_detail)) from exc
         raise DatabaseError(f"{operation} failed: {exc}") from exc
+    except psycopg.errors.CheckViolation as exc:
+        limit = _SIZE_CHECKS.get(exc.diag.constraint_name or "")
+        if limit is not None:
+            raise PayloadTooLarge(f"{operation} failed: {limit}") from exc
+        raise DatabaseError(f"{operation} failed: {exc}") from exc
     except (
         psycopg.errors.UntranslatableCharacter,
         psycopg.errors.CharacterNotInRepertoire,
@@ -100,14 +108,74 @@ def db_errors(operation: str) -> Iterator[None]:
         raise TransientConflict(
             f"{operation} failed: conflict with a concurrent transaction, retry ({exc})"
         ) from exc
-    except psycopg.OperationalError as exc:
-        raise BackendUnavailable(f"{operation} failed: database unavailable ({exc})") from exc
-    except psycopg.InterfaceError as exc:
-        raise BackendUnavailable(f"{operation} failed: connection unusable ({exc})") from exc
     except psycopg.Error as exc:
         if exc.sqlstate == QUEUE_FULL_SQLSTATE:
             raise _queue_full(exc) from exc
+        if is_unavailable(exc):
+            what = (
+                "connection unusable"
+                if isinstance(exc, psycopg.InterfaceError)
+                else ("database unavailable")
+            )
+            raise BackendUnavailable(f"{operation} failed: {what} ({exc})") from exc
         raise DatabaseError(f"{operation} failed: {exc}") from exc
+
+
+# The size caps of migration 0011, by constraint name.
+_SIZE_CHECKS = {
+    "jobs_payload_size": "payload over the database's limit of 1048576 bytes (as jsonb text)",
+    "jobs_report_size": "report over the database's limit of 1048576 bytes (as jsonb text)",
+    "jobs_progress_size": "progress over the database's limit of 1048576 bytes (as jsonb text)",
+    "jobs_type_size": "job type longer than 200 characters",
+    "jobs_dedup_key_size": "dedup_key longer than 512 characters",
+    "jobs_org_id_size": "org_id longer than 255 bytes",
+}
+
+
+# SQLSTATEs that mean "the database is away": the connection is lost or refused, the
+# server is shutting down or starting, a system error (I/O) that a restart cures.
+# Retrying them (the daemon does, forever) is right. Every other error is about the
+# statement itself (resource and program limits of classes 53/54/55, a statement
+# timeout 57014, data errors of class 22, ...): retrying the same statement fails the
+# same way, so it is poison, raised as DatabaseError for its caller to isolate.
+_UNAVAILABLE_CLASSES = ("08", "58")
+_UNAVAILABLE_STATES = frozenset(
+    {
+        "53300",  # too_many_connections: refused at connect, the statement never ran
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, recovering)
+        "57P04",  # database_dropped
+        "57P05",  # idle_session_timeout: the session is gone
+    }
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Say whether a psycopg error means the database is away (retry) rather than
+    that the statement cannot succeed (poison).
+
+    An error without a SQLSTATE (connection refused, dropped, closed: raised by libpq
+    or psycopg, not by the server) is unavailability.
+    """
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return state in _UNAVAILABLE_STATES or state[:2] in _UNAVAILABLE_CLASSES
+
+
+def cause_of(exc: BaseException) -> str:
+    """Return a short, storable description of why the database refused a statement:
+    the server's primary message and SQLSTATE, without its DETAIL (which may quote
+    the whole refused row)."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
+    if isinstance(cause, psycopg.Error) and cause.diag.message_primary:
+        return f"{cause.diag.message_primary} (SQLSTATE {cause.sqlstate})"
+    return str(exc).split("\n", 1)[0]
 
 
 # Raised by the admission trigger of migration 0008 when a queue is at capacity.

@@ -206,11 +206,13 @@ def _sweep_params(
     stale_after_s: float | None = None,
     now: datetime | None = None,
     dead_workers: Sequence[str] = (),
+    only: uuid.UUID | None = None,
 ) -> dict[str, Any]:
     """Return the parameters of ``jobs_sweep_stale``: the types' rules as parallel arrays."""
     types = sorted(set(max_attempts) | set(delivery or {}))
     return {
         "now": now,
+        "only": only,
         "stale_after_s": stale_after_s,
         "types": types,
         "max_attempts": [max_attempts.get(t) for t in types],
@@ -237,15 +239,28 @@ async def sweep_stale(
     default_max_attempts: int,
     delivery: dict[str, str] | None = None,
     now: datetime | None = None,
+    only: uuid.UUID | None = None,
 ) -> list[Job]:
-    """Rescue running jobs whose heartbeat is stale, per their type's delivery."""
+    """Rescue running jobs whose heartbeat is stale, per their type's delivery
+    (``only``: that job alone, if it is stale)."""
     rules = (max_attempts, delivery, default_max_attempts)
-    params = _sweep_params(*rules, stale_after_s=stale_after_s, now=now)
+    params = _sweep_params(*rules, stale_after_s=stale_after_s, now=now, only=only)
     with db_errors(f"sweep by worker {worker_id!r}"):
         async with conn.transaction():
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
             rows = await run_named(conn, "jobs_sweep_stale", params)
     return [Job.from_row(r) for r in rows]
+
+
+async def stale_jobs(
+    conn: AsyncConn, *, stale_after_s: float, now: datetime | None = None
+) -> list[tuple[uuid.UUID, uuid.UUID | None]]:
+    """Return the (id, lease id) of every running job whose heartbeat is stale."""
+    with db_errors("list of stale jobs"):
+        rows = await run_named(
+            conn, "jobs_stale_list", {"stale_after_s": stale_after_s, "now": now}
+        )
+    return [(r["id"], r["lease_id"]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

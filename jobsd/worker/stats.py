@@ -47,6 +47,8 @@ class DaemonStats:
     """LISTEN connections re-established"""
     swept: Counter[str] = field(default_factory=Counter)
     """jobs rescued by this daemon's sweeper, by new status"""
+    sweeps_refused: int = 0
+    """sweeper passes the database refused (poison: logged, tried at the next interval)"""
     last_notify_monotonic: float | None = None
     run_s: RunTimes = field(default_factory=RunTimes)
     """handler run times, by type"""

@@ -208,9 +208,17 @@ class Daemon:
         """
         if self.settings.notify and not self.listener.connected:
             return False
+        if not self.making_progress():
+            # outcomes pile up and none is written: useless, whatever the ping says
+            return False
         async with acquire(self.pool, "watchdog check") as conn:
             await api.ping(conn)
         return True
+
+    def making_progress(self) -> bool:
+        """Say whether outcomes get written: none has waited past ``JOBSD_STALL_AFTER``
+        without a write settling any (for the watchdog and /readyz)."""
+        return not self.completer.stalled(self.settings.stall_after)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""

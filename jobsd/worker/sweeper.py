@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import assert_never
@@ -37,13 +38,15 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
+from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.models import Job
 from jobsd.recovery import AMBIGUOUS, Recovery
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
 from jobsd.worker.clockwatch import DbClockWatch, Reading
+from jobsd.worker.executor import failure
 from jobsd.worker.loop import pause, run_loop
 from jobsd.worker.stats import DaemonStats
 
@@ -103,12 +106,31 @@ class Sweeper:
         heartbeats every ``sweep_interval_s`` (both jittered), until cancelled."""
         async with anyio.create_task_group() as tg:
             for operation, step, interval_s in (
-                ("death check", self.check_deaths, self.cfg.death_check_interval_s),
-                ("sweep", self.sweep_stale, self.cfg.sweep_interval_s),
+                ("death check", self._survive(self.check_deaths), self.cfg.death_check_interval_s),
+                ("sweep", self._survive(self.sweep_stale), self.cfg.sweep_interval_s),
             ):
                 wait = pause(interval_s, self.clock)
                 tg.start_soon(run_loop, operation, step, wait, self.clock)
             task_status.started()
+
+    def _survive(
+        self, step: Callable[[], Awaitable[SweepCounts]]
+    ) -> Callable[[], Awaitable[SweepCounts]]:
+        """Wrap a pass so that a statement the database refuses (poison, not an outage)
+        is logged with its cause and the pass tried again at the next interval, not
+        retried at once forever, nor the end of the daemon."""
+
+        async def guarded() -> SweepCounts:
+            try:
+                return await step()
+            except BackendUnavailable:
+                raise
+            except DatabaseError as exc:
+                self.stats.sweeps_refused += 1
+                log.error("sweeper.refused", extra={"error": cause_of(exc)}, exc_info=True)
+                return Counter()
+
+        return guarded
 
     async def check_deaths(self) -> SweepCounts:
         """Rescue the jobs of every registered worker whose lock is free; return counts."""
@@ -206,16 +228,28 @@ class Sweeper:
 
         Without ``now`` the time is read first (the database's, or a pinned clock's)
         and checked by ``clock_watch``: while it holds off after a step of that clock,
-        nothing is rescued. The sweep then judges by the time read."""
-        async with acquire(self.pool, "sweep") as conn:
-            if now is None:
+        nothing is rescued. The sweep then judges by the time read. A pass the
+        database refuses (poison, not an outage) is retaken one job at a time."""
+        if now is None:
+            async with acquire(self.pool, "sweep") as conn:
                 before = self.clock.monotonic()
                 now = self.clock.sql_now() or await queries.db_now(conn)
-                reading = Reading(now, before, self.clock.monotonic())
-                if not self.clock_watch.trust(reading):
-                    log.debug("sweeper.holding_off", extra={"db_now": now.isoformat()})
-                    return SweepCounts()
-            jobs = await queries.sweep_stale(
+            reading = Reading(now, before, self.clock.monotonic())
+            if not self.clock_watch.trust(reading):
+                log.debug("sweeper.holding_off", extra={"db_now": now.isoformat()})
+                return SweepCounts()
+        try:
+            jobs = await self._sweep(now, None)
+        except BackendUnavailable:
+            raise
+        except DatabaseError as exc:
+            log.error("sweeper.pass_refused", extra={"error": cause_of(exc)})
+            jobs = await self._sweep_one_by_one(now)
+        return await self._rescued(jobs)
+
+    async def _sweep(self, now: datetime | None, only: uuid.UUID | None) -> list[Job]:
+        async with acquire(self.pool, "sweep") as conn:
+            return await queries.sweep_stale(
                 conn,
                 worker_id=self.cfg.worker_id,
                 stale_after_s=self.cfg.stale_after_s,
@@ -223,5 +257,52 @@ class Sweeper:
                 delivery=self.registry.deliveries(),
                 default_max_attempts=self.cfg.default_max_attempts,
                 now=now,
+                only=only,
             )
-        return await self._rescued(jobs)
+
+    async def _sweep_one_by_one(self, now: datetime | None) -> list[Job]:
+        """Rescue the stale jobs one at a time after the database refused them together
+        (poison, not an outage); a job refused on its own is failed with the cause
+        (reason ``rescue rejected``), so that it cannot hold back the others again."""
+        async with acquire(self.pool, "sweep") as conn:
+            stale = await queries.stale_jobs(conn, stale_after_s=self.cfg.stale_after_s, now=now)
+        rescued: list[Job] = []
+        for job_id, lease_id in stale:
+            try:
+                rescued.extend(await self._sweep(now, job_id))
+            except BackendUnavailable:
+                raise
+            except DatabaseError as exc:
+                failed = await self._fail_unrescuable(job_id, lease_id, exc)
+                if failed is not None:
+                    rescued.append(failed)
+        return rescued
+
+    async def _fail_unrescuable(
+        self, job_id: uuid.UUID, lease_id: uuid.UUID | None, exc: DatabaseError
+    ) -> Job | None:
+        cause = f"rescue failed: {cause_of(exc)}"
+        log.error("job.rescue_rejected", extra={"job_id": str(job_id), "error": cause})
+        if lease_id is None:
+            return None
+        outcome = failure(cause, reason="rescue rejected")
+        row = queries.FinishRow(
+            job_id=job_id,
+            lease_id=lease_id,
+            status=outcome.status,
+            report_json=outcome.report_json,
+            error=outcome.error,
+            reason=outcome.reason,
+            progress=None,
+            run_after=None,
+            delay_s=None,
+        )
+        try:
+            async with acquire(self.pool, "sweep") as conn:
+                written = await queries.finish_batch(conn, [row])
+        except DatabaseError as again:
+            if isinstance(again, BackendUnavailable):
+                raise
+            log.error("job.rescue_failed", extra={"job_id": str(job_id), "error": str(again)})
+            return None
+        return written.get(job_id)

@@ -191,12 +191,14 @@ SELECT now() AS now;
 -- lost', or, when its type has a recover hook (delivery passed as 'recover'),
 -- recovery_required for the hook to settle. A job with a cancel request pending is
 -- cancelled instead. Types the
--- sweeper does not know get the defaults.
+-- sweeper does not know get the defaults. `only` (when not null) limits the sweep to
+-- that job: the sweeper's one-by-one pass after the database refused a whole one.
 WITH stale AS (
   SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
          j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
   FROM jobsd.jobs AS j
   WHERE j.status = 'running'
+    AND (%(only)s::uuid IS NULL OR j.id = %(only)s::uuid)
     AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
          OR greatest((j.progress ->> 'updated_at')::timestamptz, j.started_at)
             < coalesce(%(now)s::timestamptz, now())
@@ -232,6 +234,17 @@ SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'can
 FROM decided AS d
 WHERE j.id = d.id
 RETURNING j.*;
+
+-- name: jobs_stale_list
+-- The running jobs whose heartbeat (else start) is older than the threshold, with
+-- their lease: what jobs_sweep_stale would rescue, for the sweeper to take them one
+-- by one when the database refused the whole pass.
+SELECT j.id, j.lease_id
+FROM jobsd.jobs AS j
+WHERE j.status = 'running'
+  AND coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+      < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_after_s)s::float8)
+ORDER BY j.id;
 
 -- name: jobs_promote_due
 -- Scheduled jobs whose time has come become queued (the requeue trigger notifies);

@@ -269,11 +269,6 @@ def test_t16_hostile_input_never_500_and_writes_nothing_refused(
 @pytest.mark.scenario(
     "T16-known", "bodies issue 12 names: non-UTF-8 text, a payload nested 500 deep"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs issue 12: error handlers that cannot fail on the "
-    "input they describe, a JSON depth limit before SQL",
-)
 @pytest.mark.timeout(60)
 def test_t16_known_500s(scenario: Scenario) -> None:
     token = scenario.token()

@@ -7,7 +7,6 @@ a heartbeat interval are reached by moving a ``ManualClock``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -18,7 +17,6 @@ from jobsd.errors import BackendUnavailable, ConfigError
 from jobsd.models import Job
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncPool
 from jobsd.store.listen import open_listen_connection
 from jobsd.store.workers import open_worker_connection
@@ -40,17 +38,6 @@ from .conftest import ADb, fetch_job, wait_until
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 WORKER = "test-host:1:run-once"
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[AsyncPool]:
-    """Open a small pool on the test's database."""
-    pool = make_async_pool(db_url, name="test", min_size=1, max_size=2, timeout_s=5.0)
-    await pool.open(wait=True)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 def claimer_for(
