@@ -15,9 +15,9 @@ VALUES (%(org_id)s, %(name)s, %(prefix)s, %(token_hash)s, %(admin)s)
 RETURNING id, org_id, name, prefix, created_at, revoked_at, admin;
 
 -- name: api_tokens_lookup
--- Before the org is known: api_tokens has no row-level security.
-SELECT id, org_id, admin FROM jobsd.api_tokens
-WHERE token_hash = %(token_hash)s AND revoked_at IS NULL;
+-- Before the org is known, through a SECURITY DEFINER function (migration 0012):
+-- api_tokens has row-level security, and the API's role reads no token row itself.
+SELECT id, org_id, admin FROM jobsd.api_token_lookup(%(token_hash)s::bytea);
 
 -- name: api_tokens_revoke
 -- By id or by the token's hash. Revoking twice keeps the first revocation time.
@@ -28,7 +28,7 @@ RETURNING id, org_id, name, prefix, created_at, revoked_at, admin;
 -- name: api_tokens_list
 SELECT id, org_id, name, prefix, created_at, revoked_at, admin FROM jobsd.api_tokens
 WHERE %(org_id)s::text IS NULL OR org_id = %(org_id)s::text
-ORDER BY org_id, created_at, id;
+ORDER BY org_id NULLS FIRST, created_at, id;
 
 -- name: api_jobs_get
 -- One job of one org with its history, read in one statement (one snapshot), the
