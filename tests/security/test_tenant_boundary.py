@@ -1,0 +1,240 @@
+"""The tenant boundary, one attack per point of issue 13 (docs/security.md, "Who can do what").
+
+Each test is written as the attack: what a tenant's role, the enqueue role or an org's
+token tries, and what it gets (nothing, and nothing changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from support.jobs import make_job
+
+from jobsd.admin.roles import create_tenant_role
+from jobsd.errors import ConfigError
+from jobsd.http.app import create_app
+from jobsd.http.settings import HttpSettings
+from jobsd.http.tokens import create_token
+from jobsd.settings import Settings
+
+from .conftest import FAST, Roles
+
+
+def _scalar(url: str, query: str, *params: Any) -> Any:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query, params).fetchone()
+    return row[0] if row else None
+
+
+@pytest.fixture
+def tenant(roles: Roles) -> Iterator[str]:
+    """A tenant's own login role, pinned to org acme by `jobsd roles create --tenant`."""
+    name = f"{roles.names.owner.removesuffix('_owner')}_acme"
+    create_tenant_role(roles.db_url, name, "acme")
+    try:
+        yield name
+    finally:
+        with psycopg.connect(roles.db_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM jobsd.role_orgs WHERE role_name = %s", (name,))
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+# -- 1. a tenant role is pinned to its org ---------------------------------------------
+
+
+def test_a_tenant_role_that_sets_another_org_reads_zero_rows(roles: Roles, tenant: str) -> None:
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        mine = {make_job(conn, org_id="acme") for _ in range(2)}
+        theirs = make_job(conn, org_id="globex")
+        make_job(conn, org_id="globex", status="succeeded")
+    as_tenant = make_conninfo(db, user=tenant, options="-c jobsd.org_id=globex")
+    with psycopg.connect(as_tenant, autocommit=True) as conn:
+        # every way to name another org: session, transaction, SET, set_config
+        for statement in (
+            "SET jobsd.org_id = 'globex'",
+            "SELECT set_config('jobsd.org_id', 'globex', false)",
+            "SELECT set_config('jobsd.actor', 'globex', false)",
+        ):
+            conn.execute(statement)
+            ids = {r[0] for r in conn.execute("SELECT id FROM jobsd.jobs")}
+            assert ids == mine, statement
+            events = conn.execute("SELECT DISTINCT org_id FROM jobsd.job_events").fetchall()
+            assert events == [("acme",)]
+            assert conn.execute("SELECT 1 FROM jobsd.jobs WHERE id = %s", (theirs,)).fetchall() == []
+        # the mapping of other roles is not readable either
+        assert conn.execute("SELECT role_name FROM jobsd.role_orgs").fetchall() == [(tenant,)]
+        # it may not become a trusted role, nor write anything
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles.names.read)))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE jobsd.role_orgs SET org_id = 'globex'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE jobsd.jobs SET status = 'cancelled'")
+    assert _scalar(db, "SELECT status FROM jobsd.jobs WHERE id = %s", theirs) == "queued"
+
+
+def test_a_member_of_a_trusted_role_gains_nothing_by_set_role(roles: Roles) -> None:
+    """What docs/security.md used to advise: a login role IN ROLE read, with SET ROLE."""
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        make_job(conn, org_id="globex")
+    member = f"{roles.names.owner.removesuffix('_owner')}_member"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
+                sql.Identifier(member), sql.Identifier(roles.names.read)
+            )
+        )
+    try:
+        url = make_conninfo(db, user=member, options="-c jobsd.org_id=globex")
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (0,)
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles.names.read)))
+            assert conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (0,)
+    finally:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(member)))
+    # the trusted role itself still acts for the org it sets (the API, the application)
+    with psycopg.connect(roles.url("read", org="globex"), autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (1,)
+
+
+def test_roles_create_tenant_refuses_bad_input(roles: Roles) -> None:
+    with pytest.raises(ConfigError, match="invalid role name"):
+        create_tenant_role(roles.db_url, "Bad Name", "acme")
+    with pytest.raises(ConfigError, match="--org must not be empty"):
+        create_tenant_role(roles.db_url, "tenant_x", " ")
+    with pytest.raises(ConfigError, match="must run as a superuser"):
+        create_tenant_role(roles.url("owner"), "tenant_x", "acme")
+    assert _scalar(roles.db_url, "SELECT count(*) FROM pg_roles WHERE rolname = 'tenant_x'") == 0
+
+
+# -- 2. queue administration: the admin role and operator tokens -------------------------
+
+
+def _token(db_url: str, org_id: str | None, *, admin: bool = False) -> dict[str, str]:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        token, _ = create_token(conn, org_id, "t", admin=admin)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _queues(db_url: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT name, paused_at, capacity, concurrency_limit FROM jobsd.queues ORDER BY name"
+        ).fetchall()
+
+
+@pytest.mark.anyio
+async def test_the_enqueue_role_and_an_org_admin_token_cannot_pause_limit_or_drop(
+    roles: Roles,
+) -> None:
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobsd.queues (name) VALUES ('mail')")
+        make_job(conn, org_id="globex", queue="mail", status="succeeded")
+        # an admin token made for an org before migration 0012
+        token, _ = create_token(conn, "acme", "old")
+        conn.execute("UPDATE jobsd.api_tokens SET admin = true WHERE org_id = 'acme'")
+    org_admin = {"Authorization": f"Bearer {token}"}
+    before = _queues(db)
+    # the enqueue role, straight in SQL
+    with psycopg.connect(roles.url("enqueue", org="acme"), autocommit=True) as conn:
+        for call in (
+            "SELECT jobsd.queue_pause('mail')",
+            "SELECT jobsd.queue_set_limits('mail', true, 1, false, null, false, null)",
+            "SELECT jobsd.queue_set_org_limits('mail', true, 1, true, 1)",
+            "SELECT * FROM jobsd.queue_drop('mail')",
+            "UPDATE jobsd.queues SET paused_at = now()",
+            "INSERT INTO jobsd.job_events (job_id, org_id, to_status, attempt) "
+            "SELECT id, org_id, 'succeeded', 1 FROM jobsd.jobs",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(call)
+    # the admin role may pause and limit, never drop
+    with psycopg.connect(roles.url("admin"), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM jobsd.queue_drop('mail')")
+    assert _queues(db) == before
+
+    app = create_app(Settings(database_url=roles.url("api"), **FAST), HttpSettings())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            for method, path, body in (
+                ("POST", "/queues/mail/pause", None),
+                ("PATCH", "/queues/mail", {"capacity": 1}),
+                ("DELETE", "/queues/mail", None),
+                ("POST", "/queues", {"name": "x"}),
+            ):
+                r = await client.request(method, path, json=body, headers=org_admin)
+                assert r.status_code == 403, r.text
+                assert r.json()["detail"]["code"] == "admin_required"
+            assert _queues(db) == before
+            # an operator token (no org) pauses; the drop stays the owner's, on the CLI
+            operator = _token(db, None, admin=True)
+            r = await client.post("/queues/mail/pause", headers=operator)
+            assert r.status_code == 200, r.text
+            r = await client.delete("/queues/mail", headers=operator)
+            assert r.status_code == 403 and r.json()["detail"]["code"] == "cli_only"
+    assert _scalar(db, "SELECT count(*) FROM jobsd.jobs WHERE queue = 'mail'") == 1
+    # every admin action recorded with its actor and the database role
+    with psycopg.connect(db, autocommit=True) as conn:
+        actions = conn.execute(
+            "SELECT object, action, name, actor, db_role FROM jobsd.admin_actions "
+            "WHERE object = 'queues' ORDER BY id"
+        ).fetchall()
+    assert [a[:3] for a in actions] == [("queues", "insert", "mail"), ("queues", "update", "mail")]
+    assert actions[1][3].startswith("token:") and actions[1][4] == roles.names.api
+
+
+def test_history_and_running_only_through_the_database(roles: Roles) -> None:
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        job = make_job(conn, org_id="acme")
+        other = make_job(conn, org_id="globex")
+    events = _scalar(db, "SELECT count(*) FROM jobsd.job_events")
+    with psycopg.connect(roles.url("enqueue", org="acme"), autocommit=True) as conn:
+        # a job of its own org moved to running by hand: refused (no owner, never swept)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="by hand"):
+            conn.execute("UPDATE jobsd.jobs SET status = 'running' WHERE id = %s", (job,))
+        # a dependency on another org's job, in raw SQL: refused like an unknown one
+        mine = conn.execute(
+            "INSERT INTO jobsd.jobs (org_id, type) VALUES ('acme', 't') RETURNING id"
+        ).fetchone()
+        assert mine is not None
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match="unknown dependency"):
+            conn.execute(
+                "INSERT INTO jobsd.job_dependencies (job_id, depends_on, org_id) "
+                "VALUES (%s, %s, 'acme')",
+                (mine[0], other),
+            )
+    assert _scalar(db, "SELECT status FROM jobsd.jobs WHERE id = %s", job) == "queued"
+    # one more event: the insert's own, written by the trigger
+    assert _scalar(db, "SELECT count(*) FROM jobsd.job_events") == events + 1
+    assert _scalar(db, "SELECT count(*) FROM jobsd.job_dependencies") == 0
+
+
+def test_token_rows_are_not_readable_across_orgs(roles: Roles) -> None:
+    db = roles.db_url
+    _token(db, "acme")
+    _token(db, "globex")
+    _token(db, None, admin=True)
+    for kind in ("read", "enqueue", "api"):
+        with psycopg.connect(roles.url(kind, org="acme"), autocommit=True) as conn:
+            try:
+                rows = conn.execute("SELECT org_id FROM jobsd.api_tokens").fetchall()
+            except psycopg.errors.InsufficientPrivilege:
+                continue
+        assert rows == [("acme",)], kind
+    with psycopg.connect(roles.url("read", org="acme"), autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM jobsd.admin_actions").fetchone() == (0,)
+
