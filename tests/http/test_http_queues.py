@@ -317,3 +317,51 @@ async def test_the_api_administers_queues_under_its_own_role(
             pytest.raises(psycopg.errors.InsufficientPrivilege),
         ):
             conn.execute("SELECT jobsd.queue_drop('mail')")
+
+
+@pytest.mark.slow
+def test_property_based_queue_calls_find_no_server_error(db_url: str) -> None:
+    """Every queue operation, valid and invalid inputs, with an admin token: no 500."""
+    token = make_admin_token(db_url)
+    schema = schemathesis.openapi.from_dict(openapi_schema())
+    http = http_settings(longpoll_max=0.2, ready_timeout=2.0)
+    checks = [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_schema_conformance,
+    ]
+    calls = 0
+    with start_blocking_portal(backend="asyncio") as portal:
+        future, (host, port) = portal.start_task(partial(serve, settings_for(db_url), http))
+        base_url = f"http://{host}:{port}"
+        try:
+            for result in schema.get_all_operations():
+                assert isinstance(result, Ok), result
+                operation = result.ok()
+                if not operation.path.startswith("/queues"):
+                    continue
+                for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+                    @given(case=operation.as_strategy(generation_mode=mode))
+                    @settings(
+                        max_examples=25,
+                        deadline=None,
+                        database=None,
+                        phases=[Phase.generate, Phase.shrink],
+                        suppress_health_check=list(HealthCheck),
+                    )
+                    def run(case: Any) -> None:
+                        nonlocal calls
+                        calls += 1
+                        response = case.call(base_url=base_url, headers=bearer(token))
+                        case.validate_response(response, checks=checks)
+
+                    try:
+                        run()
+                    except Unsatisfiable:
+                        assert mode is GenerationMode.NEGATIVE
+        finally:
+            future.cancel()
+    assert calls > 100
+    assert "default" in queue_names(db_url)

@@ -68,7 +68,8 @@ def test_a_tenant_role_that_sets_another_org_reads_zero_rows(roles: Roles, tenan
             assert ids == mine, statement
             events = conn.execute("SELECT DISTINCT org_id FROM jobsd.job_events").fetchall()
             assert events == [("acme",)]
-            assert conn.execute("SELECT 1 FROM jobsd.jobs WHERE id = %s", (theirs,)).fetchall() == []
+            found = conn.execute("SELECT 1 FROM jobsd.jobs WHERE id = %s", (theirs,))
+            assert found.fetchall() == []
         # the mapping of other roles is not readable either
         assert conn.execute("SELECT role_name FROM jobsd.role_orgs").fetchall() == [(tenant,)]
         # it may not become a trusted role, nor write anything
@@ -160,9 +161,11 @@ async def test_the_enqueue_role_and_an_org_admin_token_cannot_pause_limit_or_dro
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(call)
     # the admin role may pause and limit, never drop
-    with psycopg.connect(roles.url("admin"), autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("SELECT * FROM jobsd.queue_drop('mail')")
+    with (
+        psycopg.connect(roles.url("admin"), autocommit=True) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute("SELECT * FROM jobsd.queue_drop('mail')")
     assert _queues(db) == before
 
     app = create_app(Settings(database_url=roles.url("api"), **FAST), HttpSettings())
@@ -237,4 +240,3 @@ def test_token_rows_are_not_readable_across_orgs(roles: Roles) -> None:
         assert rows == [("acme",)], kind
     with psycopg.connect(roles.url("read", org="acme"), autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM jobsd.admin_actions").fetchone() == (0,)
-
