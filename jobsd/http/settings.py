@@ -39,6 +39,11 @@ class HttpSettings(BaseSettings):
     http_addr: str | None = None
     """``host:port`` to serve on; the daemon starts the API only when this is set."""
 
+    api_database_url: str | None = None
+    """The API's own database URL (its least-privilege role, ``<prefix>_api``), also for
+    the API inside ``jobsd run``; unset: ``JOBSD_DATABASE_URL``. The API refuses to
+    start as a role that bypasses row-level security unless ``JOBSD_ALLOW_INSECURE``."""
+
     max_body_bytes: int | None = Field(default=None, ge=1024)
     """Largest request body; unset means twice JOBSD_MAX_PAYLOAD_BYTES plus 64 KiB."""
 

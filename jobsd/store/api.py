@@ -31,10 +31,18 @@ __all__ = [
     "list_job_rows",
     "ping",
     "queue_depth",
+    "role_bypass",
     "run_for_org",
 ]
 
 _PIPELINE = psycopg.AsyncPipeline.is_supported()
+
+
+async def role_bypass(conn: AsyncConn) -> tuple[str, str]:
+    """Return the connection's role and what lets it past row-level security ('' if nothing)."""
+    with db_errors("role check"):
+        rows = await run_named(conn, "api_role_bypass", {})
+    return str(rows[0]["role"]), str(rows[0]["bypass"] or "")
 
 
 async def run_for_org(

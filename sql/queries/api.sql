@@ -117,3 +117,22 @@ SELECT pg_notification_queue_usage() AS usage;
 -- name: api_set_statement_timeout
 -- Transaction-local: bounds the introspection queries of /metrics and /health.
 SELECT set_config('statement_timeout', %(timeout_ms)s, true);
+
+-- name: api_role_bypass
+-- What lets the API's role past row-level security on jobs, if anything: superuser,
+-- BYPASSRLS, the tables' owner (or a member of it), or an all-orgs policy (the
+-- worker's). Empty text when nothing does.
+SELECT current_user AS role,
+       concat_ws(', ',
+         CASE WHEN r.rolsuper THEN 'superuser' END,
+         CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END,
+         CASE WHEN pg_has_role(c.relowner, 'MEMBER') THEN 'owner of the tables' END,
+         CASE WHEN EXISTS (
+           SELECT 1 FROM pg_policy AS p
+           WHERE p.polrelid = c.oid AND p.polpermissive
+             AND pg_get_expr(p.polqual, p.polrelid) = 'true'
+             AND EXISTS (SELECT 1 FROM unnest(p.polroles) AS pr(oid)
+                         WHERE pr.oid <> 0 AND pg_has_role(pr.oid, 'USAGE')))
+           THEN 'an all-orgs policy' END) AS bypass
+FROM pg_roles AS r, pg_class AS c
+WHERE r.rolname = current_user AND c.oid = 'jobsd.jobs'::regclass;

@@ -240,3 +240,44 @@ def test_token_rows_are_not_readable_across_orgs(roles: Roles) -> None:
         assert rows == [("acme",)], kind
     with psycopg.connect(roles.url("read", org="acme"), autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM jobsd.admin_actions").fetchone() == (0,)
+
+
+# -- 5. least privilege for the API ------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_api_refuses_to_start_as_the_owner(
+    roles: Roles, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the suite allows plaintext TCP for its test server; the role check is asked apart
+    monkeypatch.setattr("jobsd.http.backend.allow_insecure", lambda: False)
+    for kind, why in (("owner", "owner of the tables"), ("worker", "an all-orgs policy")):
+        settings = Settings(database_url=roles.url("worker"), **FAST)
+        app = create_app(settings, HttpSettings(api_database_url=roles.url(kind)))
+        with pytest.raises(ConfigError) as refused:
+            async with app.router.lifespan_context(app):
+                pytest.fail("the API started")
+        message = str(refused.value)
+        assert "\n" not in message and why in message, message
+        assert f"database role '{getattr(roles.names, kind)}'" in message
+        assert "JOBSD_API_DATABASE_URL" in message and "JOBSD_ALLOW_INSECURE=1" in message
+    app = create_app(Settings(database_url=roles.db_url, **FAST), HttpSettings())
+    with pytest.raises(ConfigError, match=r"bypasses row-level security \(superuser"):
+        async with app.router.lifespan_context(app):
+            pytest.fail("the API started")
+
+    # its own role: it starts; the daemon's URL stays the worker's
+    settings = Settings(database_url=roles.url("worker"), **FAST)
+    app = create_app(settings, HttpSettings(api_database_url=roles.url("api")))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            r = await client.post("/jobs", json={"type": "t"}, headers=_token(roles.db_url, "a"))
+            assert r.status_code == 202, r.text
+
+    # JOBSD_ALLOW_INSECURE=1: the owner is accepted, with a warning
+    monkeypatch.setattr("jobsd.http.backend.allow_insecure", lambda: True)
+    app = create_app(Settings(database_url=roles.url("owner"), **FAST), HttpSettings())
+    async with app.router.lifespan_context(app):
+        pass
+    assert "security.api_role_bypasses_rls" in caplog.messages
