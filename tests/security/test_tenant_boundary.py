@@ -6,6 +6,9 @@ token tries, and what it gets (nothing, and nothing changes).
 
 from __future__ import annotations
 
+import json
+import socket
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -281,3 +284,104 @@ async def test_the_api_refuses_to_start_as_the_owner(
     async with app.router.lifespan_context(app):
         pass
     assert "security.api_role_bypasses_rls" in caplog.messages
+
+
+# -- 6. no leaks in answers --------------------------------------------------------------
+
+
+def _calls() -> list[tuple[str, str, Any]]:
+    """Every operation of the OpenAPI schema, with path parameters and a small body."""
+    from jobsd.http.openapi import openapi_schema
+
+    bodies = {
+        ("POST", "/jobs"): {"type": "t", "payload": {"n": 1}},
+        ("POST", "/queues"): {"name": "q1"},
+        ("PATCH", "/queues/{name}"): {"capacity": 5},
+    }
+    calls = []
+    for path, operations in openapi_schema()["paths"].items():
+        for method in operations:
+            concrete = path.replace("{job_id}", str(uuid.uuid4())).replace("{name}", "default")
+            calls.append((method.upper(), concrete, bodies.get((method.upper(), path))))
+    return calls
+
+
+def _leaks(body: str, forbidden: list[str]) -> list[str]:
+    lowered = body.lower()
+    return [word for word in forbidden if word.lower() in lowered]
+
+
+async def _answers(app: Any, tokens: dict[str, dict[str, str]]) -> list[tuple[str, int, str]]:
+    answers = []
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            for method, path, body in _calls():
+                headers = tokens["operator" if path.startswith("/queues") else "org"]
+                r = await client.request(method, path, json=body, headers=headers)
+                answers.append((f"{method} {path}", r.status_code, r.text))
+    return answers
+
+
+@pytest.mark.anyio
+async def test_no_error_answer_carries_sql_a_host_or_a_role(roles: Roles) -> None:
+    db = roles.db_url
+    tokens = {"org": _token(db, "acme"), "operator": _token(db, None, admin=True)}
+    host, port = (
+        _scalar(db, "SELECT inet_server_addr()::text"),
+        _scalar(db, "SELECT current_setting('port')"),
+    )
+    forbidden = [
+        "select ",
+        "insert ",
+        "update ",
+        "permission denied",
+        "detail:",
+        "context:",
+        "psycopg",
+        "jobsd.jobs",
+        "connection to server",
+        str(host).split("/")[0],
+        f"port {port}",
+        f":{port}",
+        "postgres",
+        *roles.names.by_kind().values(),
+    ]
+    # 1. the database is away: the URL points at a port where nothing listens
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead_port = sock.getsockname()[1]
+    dead = make_conninfo(roles.url("api"), host="127.0.0.1", port=str(dead_port))
+    http = HttpSettings(api_database_url=dead, ready_timeout=0.3)
+    app = create_app(Settings(database_url=dead, **FAST), http)
+    answers = await _answers(app, tokens)
+    # 2. the database refuses: the API's role has lost its grants
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA jobsd FROM {}").format(
+                sql.Identifier(roles.names.api)
+            )
+        )
+        conn.execute(
+            sql.SQL("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobsd FROM {}, {}").format(
+                sql.Identifier(roles.names.admin), sql.Identifier(roles.names.api)
+            )
+        )
+        conn.execute(
+            sql.SQL("GRANT EXECUTE ON FUNCTION jobsd.api_token_lookup(bytea) TO {}").format(
+                sql.Identifier(roles.names.api)
+            )
+        )
+    http = HttpSettings(api_database_url=roles.url("api"), ready_timeout=2.0)
+    app = create_app(Settings(database_url=roles.url("api"), **FAST), http)
+    answers += await _answers(app, tokens)
+
+    errors = [(what, status, body) for what, status, body in answers if status >= 400]
+    assert {status for _, status, _ in errors} >= {503}
+    leaked = [(what, status, _leaks(body, forbidden)) for what, status, body in errors]
+    assert [entry for entry in leaked if entry[2]] == []
+    # every error answer of ours: a code, a message and a correlation id
+    for what, _, body in errors:
+        detail = json.loads(body).get("detail")  # the probes answer their own report
+        if isinstance(detail, dict):
+            assert {"code", "message", "correlation_id"} <= set(detail), what
