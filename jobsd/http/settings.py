@@ -51,6 +51,18 @@ class HttpSettings(BaseSettings):
     """Submissions allowed per token, as ``N/s``, ``N/m`` or ``N/h`` (bursts of N);
     unset (or ``off``) means no limit. Over it, ``POST /jobs`` answers 429."""
 
+    token_priority_min: int = Field(default=-100, ge=-1_000_000, le=1_000_000)
+    """The most urgent priority a token may submit (lower runs first); an operator may
+    allow more (down to -1,000,000). Beyond it: 422 ``priority_not_allowed``."""
+
+    token_priority_max: int = Field(default=1_000_000, ge=-1_000_000, le=1_000_000)
+    """The least urgent priority a token may submit."""
+
+    max_schedule_ahead: Duration = 3650 * 86400.0
+    """How far ahead ``run_after`` may be (default ten years): a job due in the year
+    9998 would hold its org's quota and the queue's capacity for good. Beyond it: 422
+    ``run_after_too_far``."""
+
     longpoll_max: Duration = 30.0
     """Longest ``?wait=`` a client gets; longer waits are cut to this."""
 

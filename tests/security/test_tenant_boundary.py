@@ -25,6 +25,7 @@ from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
 from jobsd.http.tokens import create_token
 from jobsd.settings import Settings
+from jobsd.store import queries
 
 from .conftest import FAST, Roles
 
@@ -385,3 +386,60 @@ async def test_no_error_answer_carries_sql_a_host_or_a_role(roles: Roles) -> Non
         detail = json.loads(body).get("detail")  # the probes answer their own report
         if isinstance(detail, dict):
             assert {"code", "message", "correlation_id"} <= set(detail), what
+
+
+# -- 3. fairness between orgs ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_org_flooding_a_queue_does_not_delay_another_beyond_one_round(
+    roles: Roles,
+) -> None:
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobsd.queues (name) VALUES ('shared')")
+        conn.execute("SELECT jobsd.queue_set_org_limits('shared', true, 2, true, 20)")
+    flood, victim = _token(db, "flood"), _token(db, "victim")
+    http = HttpSettings(api_database_url=roles.url("api"))
+    app = create_app(Settings(database_url=roles.url("worker"), **FAST), http)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            job = {"type": "t", "queue": "shared"}
+            # beyond the tokens' priority range, or scheduled for the year 9998: refused
+            r = await client.post("/jobs", json={**job, "priority": -101}, headers=flood)
+            assert r.status_code == 422 and r.json()["detail"][0]["type"] == "priority_not_allowed"
+            far = {**job, "run_after": "9998-01-01T00:00:00Z"}
+            r = await client.post("/jobs", json=far, headers=flood)
+            assert r.status_code == 422 and r.json()["detail"][0]["type"] == "run_after_too_far"
+            # the flood: the most urgent priority allowed, up to the org's open quota
+            for _ in range(20):
+                r = await client.post("/jobs", json={**job, "priority": -100}, headers=flood)
+                assert r.status_code == 202, r.text
+            r = await client.post("/jobs", json={**job, "priority": -100}, headers=flood)
+            assert r.status_code == 429 and r.json()["detail"]["code"] == "org_quota", r.text
+            # another org still gets in (the queue has no capacity of its own)
+            r = await client.post("/jobs", json=job, headers=victim)
+            assert r.status_code == 202, r.text
+            victim_id = r.json()["id"]
+    assert _scalar(db, "SELECT count(*) FROM jobsd.jobs WHERE org_id = 'flood'") == 20
+
+    # claim rounds of a daemon with 4 free slots, the way the claimer runs them
+    async with await psycopg.AsyncConnection.connect(roles.url("worker"), autocommit=True) as conn:
+        claimed: list[list[str]] = []
+        for _ in range(2):
+            round_ = await queries.claim_batch(
+                conn, limit=4, worker_id="w1", queues=None, keep_dedup_types=[]
+            )
+            claimed.append([j.org_id for j in round_])
+            if not round_.left_for_busy_keys:
+                break
+    # round 1: the flood's two most urgent (its running limit), and the claimer is told
+    # to claim again at once; round 2: the victim's job, though 18 flood jobs come first
+    assert claimed[0] == ["flood", "flood"]
+    assert "victim" in claimed[0] + claimed[1], claimed
+    assert _scalar(db, "SELECT status FROM jobsd.jobs WHERE id = %s", victim_id) == "running"
+    assert (
+        _scalar(db, "SELECT count(*) FROM jobsd.jobs WHERE org_id = 'flood' AND status = 'running'")
+        == 2
+    )
