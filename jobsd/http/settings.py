@@ -51,6 +51,10 @@ class HttpSettings(BaseSettings):
     """Submissions allowed per token, as ``N/s``, ``N/m`` or ``N/h`` (bursts of N);
     unset (or ``off``) means no limit. Over it, ``POST /jobs`` answers 429."""
 
+    probe_token: str | None = Field(default=None, repr=False)
+    """The bearer token of /metrics and /health (operators, Prometheus); unset, they
+    answer 403 unless ``JOBSD_ALLOW_INSECURE``."""
+
     token_priority_min: int = Field(default=-100, ge=-1_000_000, le=1_000_000)
     """The most urgent priority a token may submit (lower runs first); an operator may
     allow more (down to -1,000,000). Beyond it: 422 ``priority_not_allowed``."""

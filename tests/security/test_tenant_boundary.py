@@ -6,6 +6,7 @@ token tries, and what it gets (nothing, and nothing changes).
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import uuid
@@ -17,13 +18,17 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from support.jobs import make_job
+from support.daemon import running_daemon
+from support.jobs import make_job, make_jobs
+from support.waiting import wait_until
 
+import jobsd
 from jobsd.admin.roles import create_tenant_role
 from jobsd.errors import ConfigError
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
 from jobsd.http.tokens import create_token
+from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import queries
 
@@ -443,3 +448,83 @@ async def test_an_org_flooding_a_queue_does_not_delay_another_beyond_one_round(
         _scalar(db, "SELECT count(*) FROM jobsd.jobs WHERE org_id = 'flood' AND status = 'running'")
         == 2
     )
+
+
+# -- 4. bounded observability ------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_ten_thousand_unknown_types_leave_metrics_small(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = Registry()
+
+    @jobsd.handler("known", registry=registry)
+    async def known(ctx: jobsd.JobContext) -> None:
+        return None
+
+    settings = Settings(database_url=db_url, **{**FAST, "slots": 100})
+    async with running_daemon(settings, registry) as daemon:
+        gc.collect()
+        before = _rss_bytes()
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            make_jobs(conn, 10_000, type=sql.SQL("'tenant_' || g || '_' || md5(g::text)"))
+            make_job(conn, type="known")
+
+        async def all_done() -> bool:
+            async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM jobsd.jobs WHERE status IN ('queued', 'running')"
+                )
+                row = await cur.fetchone()
+            return row is not None and row[0] == 0
+
+        await wait_until(all_done, what="10,001 jobs finished", timeout_s=180)
+        gc.collect()
+        grown = _rss_bytes() - before
+        app = create_app(settings, HttpSettings(probe_token="p" * 32), daemon=daemon)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                r = await client.get("/metrics", headers={"Authorization": "Bearer " + "p" * 32})
+    assert r.status_code == 200
+    body = r.text
+    assert len(body.encode()) < 100_000, len(body)
+    assert "tenant_" not in body
+    assert 'type="_other"' in body and 'type="known"' in body
+    assert grown < 20 * 1024 * 1024, grown
+
+
+@pytest.mark.anyio
+async def test_metrics_and_health_need_the_probe_token(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("jobsd.http.probes.allow_insecure", lambda: False)
+    for token, headers, status in (
+        (None, {}, 403),
+        ("s3cret-probe-token", {}, 401),
+        ("s3cret-probe-token", {"Authorization": "Bearer wrong"}, 401),
+        ("s3cret-probe-token", {"Authorization": "Bearer s3cret-probe-token"}, 200),
+    ):
+        app = create_app(Settings(database_url=db_url, **FAST), HttpSettings(probe_token=token))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                for path in ("/metrics", "/health"):
+                    r = await client.get(path, headers=headers)
+                    assert r.status_code in ({status} | ({503} if status == 200 else set())), (
+                        path,
+                        token,
+                        r.text,
+                    )
+                # the orchestrator's probes stay open
+                assert (await client.get("/healthz")).status_code == 200
