@@ -88,25 +88,16 @@ def roles_create(
     """
     from jobsd.admin.roles import create_roles, create_tenant_role
 
-    if tenant is not None or org_id is not None:
-        if tenant is None or org_id is None:
-            raise ConfigError("--tenant ROLE and --org ORG go together")
-        passwords = _passwords(password_env, kinds=("tenant",))
-        url = given_url(database_url)
-        warn_if_insecure(url)
-        report = create_tenant_role(url, tenant, org_id, password=passwords.get("tenant"))
-        for name in report.created:
-            click.echo(f"created role {name}")
-        for name in report.existing:
-            click.echo(f"role {name} exists")
-        for name in report.passwords_set:
-            click.echo(f"password set for {name}")
-        click.echo(f"role {tenant} acts for org {org_id!r} only, on database {report.database!r}")
-        return
-    passwords = _passwords(password_env)
+    tenant_case = tenant is not None or org_id is not None
+    if tenant_case and (tenant is None or org_id is None):
+        raise ConfigError("--tenant ROLE and --org ORG go together")
+    passwords = _passwords(password_env, kinds=("tenant",) if tenant_case else None)
     url = given_url(database_url)
     warn_if_insecure(url)
-    report = create_roles(url, prefix=prefix, passwords=passwords)
+    if tenant is not None and org_id is not None:
+        report = create_tenant_role(url, tenant, org_id, password=passwords.get("tenant"))
+    else:
+        report = create_roles(url, prefix=prefix, passwords=passwords)
     for name in report.created:
         click.echo(f"created role {name}")
     for name in report.existing:
@@ -115,4 +106,7 @@ def roles_create(
         click.echo(f"password set for {name}")
     for target in report.adopted:
         click.echo(f"{target} now owned by {report.names.owner}")
-    click.echo(f"grants and policies up to date on database {report.database!r}")
+    if tenant is not None:
+        click.echo(f"role {tenant} acts for org {org_id!r} only, on database {report.database!r}")
+    else:
+        click.echo(f"grants and policies up to date on database {report.database!r}")

@@ -10,7 +10,8 @@ import gc
 import json
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -130,6 +131,15 @@ def test_roles_create_tenant_refuses_bad_input(roles: Roles) -> None:
 # -- 2. queue administration: the admin role and operator tokens -------------------------
 
 
+@asynccontextmanager
+async def _serving(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """Run the app's lifespan and call it in-process."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            yield client
+
+
 def _token(db_url: str, org_id: str | None, *, admin: bool = False) -> dict[str, str]:
     with psycopg.connect(db_url, autocommit=True) as conn:
         token, _ = create_token(conn, org_id, "t", admin=admin)
@@ -178,25 +188,23 @@ async def test_the_enqueue_role_and_an_org_admin_token_cannot_pause_limit_or_dro
     assert _queues(db) == before
 
     app = create_app(Settings(database_url=roles.url("api"), **FAST), HttpSettings())
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            for method, path, body in (
-                ("POST", "/queues/mail/pause", None),
-                ("PATCH", "/queues/mail", {"capacity": 1}),
-                ("DELETE", "/queues/mail", None),
-                ("POST", "/queues", {"name": "x"}),
-            ):
-                r = await client.request(method, path, json=body, headers=org_admin)
-                assert r.status_code == 403, r.text
-                assert r.json()["detail"]["code"] == "admin_required"
-            assert _queues(db) == before
-            # an operator token (no org) pauses; the drop stays the owner's, on the CLI
-            operator = _token(db, None, admin=True)
-            r = await client.post("/queues/mail/pause", headers=operator)
-            assert r.status_code == 200, r.text
-            r = await client.delete("/queues/mail", headers=operator)
-            assert r.status_code == 403 and r.json()["detail"]["code"] == "cli_only"
+    async with _serving(app) as client:
+        for method, path, body in (
+            ("POST", "/queues/mail/pause", None),
+            ("PATCH", "/queues/mail", {"capacity": 1}),
+            ("DELETE", "/queues/mail", None),
+            ("POST", "/queues", {"name": "x"}),
+        ):
+            r = await client.request(method, path, json=body, headers=org_admin)
+            assert r.status_code == 403, r.text
+            assert r.json()["detail"]["code"] == "admin_required"
+        assert _queues(db) == before
+        # an operator token (no org) pauses; the drop stays the owner's, on the CLI
+        operator = _token(db, None, admin=True)
+        r = await client.post("/queues/mail/pause", headers=operator)
+        assert r.status_code == 200, r.text
+        r = await client.delete("/queues/mail", headers=operator)
+        assert r.status_code == 403 and r.json()["detail"]["code"] == "cli_only"
     assert _scalar(db, "SELECT count(*) FROM jobsd.jobs WHERE queue = 'mail'") == 1
     # every admin action recorded with its actor and the database role
     with psycopg.connect(db, autocommit=True) as conn:
@@ -278,11 +286,9 @@ async def test_the_api_refuses_to_start_as_the_owner(
     # its own role: it starts; the daemon's URL stays the worker's
     settings = Settings(database_url=roles.url("worker"), **FAST)
     app = create_app(settings, HttpSettings(api_database_url=roles.url("api")))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            r = await client.post("/jobs", json={"type": "t"}, headers=_token(roles.db_url, "a"))
-            assert r.status_code == 202, r.text
+    async with _serving(app) as client:
+        r = await client.post("/jobs", json={"type": "t"}, headers=_token(roles.db_url, "a"))
+        assert r.status_code == 202, r.text
 
     # JOBSD_ALLOW_INSECURE=1: the owner is accepted, with a warning
     monkeypatch.setattr("jobsd.http.backend.allow_insecure", lambda: True)
@@ -319,13 +325,11 @@ def _leaks(body: str, forbidden: list[str]) -> list[str]:
 
 async def _answers(app: Any, tokens: dict[str, dict[str, str]]) -> list[tuple[str, int, str]]:
     answers = []
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            for method, path, body in _calls():
-                headers = tokens["operator" if path.startswith("/queues") else "org"]
-                r = await client.request(method, path, json=body, headers=headers)
-                answers.append((f"{method} {path}", r.status_code, r.text))
+    async with _serving(app) as client:
+        for method, path, body in _calls():
+            headers = tokens["operator" if path.startswith("/queues") else "org"]
+            r = await client.request(method, path, json=body, headers=headers)
+            answers.append((f"{method} {path}", r.status_code, r.text))
     return answers
 
 
@@ -407,26 +411,24 @@ async def test_an_org_flooding_a_queue_does_not_delay_another_beyond_one_round(
     flood, victim = _token(db, "flood"), _token(db, "victim")
     http = HttpSettings(api_database_url=roles.url("api"))
     app = create_app(Settings(database_url=roles.url("worker"), **FAST), http)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            job = {"type": "t", "queue": "shared"}
-            # beyond the tokens' priority range, or scheduled for the year 9998: refused
-            r = await client.post("/jobs", json={**job, "priority": -101}, headers=flood)
-            assert r.status_code == 422 and r.json()["detail"][0]["type"] == "priority_not_allowed"
-            far = {**job, "run_after": "9998-01-01T00:00:00Z"}
-            r = await client.post("/jobs", json=far, headers=flood)
-            assert r.status_code == 422 and r.json()["detail"][0]["type"] == "run_after_too_far"
-            # the flood: the most urgent priority allowed, up to the org's open quota
-            for _ in range(20):
-                r = await client.post("/jobs", json={**job, "priority": -100}, headers=flood)
-                assert r.status_code == 202, r.text
+    async with _serving(app) as client:
+        job = {"type": "t", "queue": "shared"}
+        # beyond the tokens' priority range, or scheduled for the year 9998: refused
+        r = await client.post("/jobs", json={**job, "priority": -101}, headers=flood)
+        assert r.status_code == 422 and r.json()["detail"][0]["type"] == "priority_not_allowed"
+        far = {**job, "run_after": "9998-01-01T00:00:00Z"}
+        r = await client.post("/jobs", json=far, headers=flood)
+        assert r.status_code == 422 and r.json()["detail"][0]["type"] == "run_after_too_far"
+        # the flood: the most urgent priority allowed, up to the org's open quota
+        for _ in range(20):
             r = await client.post("/jobs", json={**job, "priority": -100}, headers=flood)
-            assert r.status_code == 429 and r.json()["detail"]["code"] == "org_quota", r.text
-            # another org still gets in (the queue has no capacity of its own)
-            r = await client.post("/jobs", json=job, headers=victim)
             assert r.status_code == 202, r.text
-            victim_id = r.json()["id"]
+        r = await client.post("/jobs", json={**job, "priority": -100}, headers=flood)
+        assert r.status_code == 429 and r.json()["detail"]["code"] == "org_quota", r.text
+        # another org still gets in (the queue has no capacity of its own)
+        r = await client.post("/jobs", json=job, headers=victim)
+        assert r.status_code == 202, r.text
+        victim_id = r.json()["id"]
     assert _scalar(db, "SELECT count(*) FROM jobsd.jobs WHERE org_id = 'flood'") == 20
 
     # claim rounds of a daemon with 4 free slots, the way the claimer runs them
@@ -492,10 +494,8 @@ async def test_ten_thousand_unknown_types_leave_metrics_small(
         gc.collect()
         grown = _rss_bytes() - before
         app = create_app(settings, HttpSettings(probe_token="p" * 32), daemon=daemon)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-                r = await client.get("/metrics", headers={"Authorization": "Bearer " + "p" * 32})
+        async with _serving(app) as client:
+            r = await client.get("/metrics", headers={"Authorization": "Bearer " + "p" * 32})
     assert r.status_code == 200
     body = r.text
     assert len(body.encode()) < 100_000, len(body)
@@ -516,15 +516,13 @@ async def test_metrics_and_health_need_the_probe_token(
         ("s3cret-probe-token", {"Authorization": "Bearer s3cret-probe-token"}, 200),
     ):
         app = create_app(Settings(database_url=db_url, **FAST), HttpSettings(probe_token=token))
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-                for path in ("/metrics", "/health"):
-                    r = await client.get(path, headers=headers)
-                    assert r.status_code in ({status} | ({503} if status == 200 else set())), (
-                        path,
-                        token,
-                        r.text,
-                    )
-                # the orchestrator's probes stay open
-                assert (await client.get("/healthz")).status_code == 200
+        async with _serving(app) as client:
+            for path in ("/metrics", "/health"):
+                r = await client.get(path, headers=headers)
+                assert r.status_code in ({status} | ({503} if status == 200 else set())), (
+                    path,
+                    token,
+                    r.text,
+                )
+            # the orchestrator's probes stay open
+            assert (await client.get("/healthz")).status_code == 200
