@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from support.daemon import running_daemon
@@ -25,6 +26,7 @@ from support.waiting import wait_until
 
 import jobsd
 from jobsd.admin.roles import create_tenant_role
+from jobsd.cli import main as jobsd_main
 from jobsd.errors import ConfigError
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
@@ -526,3 +528,35 @@ async def test_metrics_and_health_need_the_probe_token(
                 )
             # the orchestrator's probes stay open
             assert (await client.get("/healthz")).status_code == 200
+
+
+def test_cli_roles_create_tenant(roles: Roles) -> None:
+    """`jobsd roles create --tenant ROLE --org ORG`: a pinned login role with a password."""
+    name = f"{roles.names.owner.removesuffix('_owner')}_cli"
+    env = {
+        "JOBSD_DATABASE_URL": roles.db_url,
+        "JOBSD_ALLOW_INSECURE": "1",
+        "TENANT_PW": "correct horse battery staple",
+    }
+    runner = CliRunner()
+    args = ["roles", "create", "--tenant", name, "--org", "acme"]
+    try:
+        lonely = runner.invoke(jobsd_main, ["roles", "create", "--tenant", name], env=env)
+        assert lonely.exit_code == 1 and "go together" in lonely.output
+        wrong = runner.invoke(jobsd_main, [*args, "--password-env", "worker=TENANT_PW"], env=env)
+        assert wrong.exit_code == 1 and "KIND one of tenant" in wrong.output
+        made = runner.invoke(jobsd_main, [*args, "--password-env", "tenant=TENANT_PW"], env=env)
+        assert made.exit_code == 0, made.output
+        assert f"created role {name}" in made.output
+        assert f"role {name} acts for org 'acme' only" in made.output
+        again = runner.invoke(jobsd_main, args, env=env)
+        assert again.exit_code == 0 and f"role {name} exists" in again.output
+        assert (
+            _scalar(roles.db_url, "SELECT org_id FROM jobsd.role_orgs WHERE role_name = %s", name)
+            == "acme"
+        )
+    finally:
+        with psycopg.connect(roles.db_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM jobsd.role_orgs WHERE role_name = %s", (name,))
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
