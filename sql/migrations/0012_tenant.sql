@@ -286,3 +286,37 @@ END
 $$;
 REVOKE ALL ON FUNCTION jobsd.queue_set_org_limits(text, boolean, integer, boolean, integer)
   FROM PUBLIC;
+
+-- -- Done-notifications reveal nothing across orgs ---------------------------------
+
+-- Any role may LISTEN on any channel: the payload of 'jobsd_done' is no longer the
+-- job id but md5(key || id), with a key of this database that only the owner and
+-- the trusted roles (through jobsd.done_notify_key(), granted by `jobsd roles
+-- create`) can read. The API's waiter hashes the ids it waits for; a tenant's role
+-- learns no id. Row-level security without a policy hides the key from the read
+-- role's SELECT on every table.
+CREATE TABLE jobsd.done_key (
+  one  boolean PRIMARY KEY DEFAULT true CHECK (one),
+  key  text NOT NULL DEFAULT gen_random_uuid()::text
+);
+INSERT INTO jobsd.done_key DEFAULT VALUES;
+ALTER TABLE jobsd.done_key ENABLE ROW LEVEL SECURITY;
+
+CREATE FUNCTION jobsd.done_notify_key() RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, jobsd, pg_temp
+AS $$ SELECT k.key FROM jobsd.done_key AS k $$;
+REVOKE ALL ON FUNCTION jobsd.done_notify_key() FROM PUBLIC;
+
+-- Redefined from migration 0002 (its latest definition): the payload is hashed.
+CREATE OR REPLACE FUNCTION jobsd.notify_done() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, jobsd, pg_temp
+AS $$
+BEGIN
+  PERFORM pg_notify('jobsd_done',
+                    md5((SELECT k.key FROM jobsd.done_key AS k) || NEW.id::text));
+  RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION jobsd.notify_done() FROM PUBLIC;

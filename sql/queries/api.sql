@@ -136,3 +136,7 @@ SELECT current_user AS role,
            THEN 'an all-orgs policy' END) AS bypass
 FROM pg_roles AS r, pg_class AS c
 WHERE r.rolname = current_user AND c.oid = 'jobsd.jobs'::regclass;
+
+-- name: api_done_notify_key
+-- The key that hashes job ids in 'jobsd_done' payloads (migration 0012).
+SELECT jobsd.done_notify_key() AS key;

@@ -131,6 +131,8 @@ GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
 -- api_tokens has row-level security); the enqueue role keeps it for applications
 -- that embed the API router, and the read role for a read-only API.
 GRANT EXECUTE ON FUNCTION jobsd.api_token_lookup(bytea) TO {api}, {enqueue}, {read};
+-- and hashes the ids of the jobs it waits for, as the done-notifications do
+GRANT EXECUTE ON FUNCTION jobsd.done_notify_key() TO {api}, {enqueue}, {read};
 
 -- name: roles_trusted
 -- The multi-tenant roles act for the org they set in jobsd.org_id (migration 0012's

@@ -118,9 +118,10 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "queue_resume",
     }
     assert _routines(url, names.admin) == administration
-    assert _routines(url, names.api) == administration | {"api_token_lookup"}
-    assert _routines(url, names.enqueue) == {"api_token_lookup"}
-    assert _routines(url, names.read) == {"queue_info", "api_token_lookup"}
+    api_reads = {"api_token_lookup", "done_notify_key"}
+    assert _routines(url, names.api) == administration | api_reads
+    assert _routines(url, names.enqueue) == api_reads
+    assert _routines(url, names.read) == {"queue_info", *api_reads}
     assert _routines(url, names.worker) == set()
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else

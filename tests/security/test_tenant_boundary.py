@@ -33,6 +33,7 @@ from jobsd.http.settings import HttpSettings
 from jobsd.http.tokens import create_token
 from jobsd.registry import Registry
 from jobsd.settings import Settings
+from jobsd.store import api as api_store
 from jobsd.store import queries
 
 from .conftest import FAST, Roles
@@ -560,3 +561,28 @@ def test_cli_roles_create_tenant(roles: Roles) -> None:
             conn.execute("DELETE FROM jobsd.role_orgs WHERE role_name = %s", (name,))
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.mark.anyio
+async def test_done_notifications_reveal_no_job_id(roles: Roles, tenant: str) -> None:
+    """Any role may LISTEN jobsd_done; a tenant's role learns no id of any org."""
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        job = make_job(conn, org_id="globex")
+    async with await psycopg.AsyncConnection.connect(
+        make_conninfo(db, user=tenant), autocommit=True
+    ) as conn:
+        await conn.execute("LISTEN jobsd_done")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await conn.execute("SELECT jobsd.done_notify_key()")
+        with psycopg.connect(db, autocommit=True) as admin:
+            admin.execute(
+                "UPDATE jobsd.jobs SET status = 'cancelled', finished_at = now() WHERE id = %s",
+                (job,),
+            )
+        got = [n.payload async for n in conn.notifies(timeout=5.0, stop_after=1)]
+    assert len(got) == 1 and str(job) not in got[0] and len(got[0]) == 32
+    # the API's role has the key: the payload is the hash it waits for
+    async with await psycopg.AsyncConnection.connect(roles.url("api"), autocommit=True) as conn:
+        key = await api_store.done_notify_key(conn)
+    assert got[0] == api_store.done_payload(key, job)
