@@ -89,9 +89,7 @@ async def set_limits(conn: AsyncConn, name: str, changes: Mapping[str, int | Non
     return await _change(conn, name, "queues_set_limits", params, operation)
 
 
-async def set_org_limits(
-    conn: AsyncConn, name: str, changes: Mapping[str, int | None]
-) -> None:
+async def set_org_limits(conn: AsyncConn, name: str, changes: Mapping[str, int | None]) -> None:
     """Set ``org_running_limit`` / ``org_open_limit`` in ``changes``; raise UnknownQueue."""
     params: dict[str, Any] = {
         "name": name,
