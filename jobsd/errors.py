@@ -16,6 +16,7 @@ __all__ = [
     "JobNotFound",
     "JobsdError",
     "MigrationError",
+    "OrgQuotaExceeded",
     "OutcomeUnknown",
     "PayloadTooLarge",
     "QueueExists",
@@ -111,6 +112,23 @@ class QueueFull(JobsdError):
         super().__init__(f"queue {queue!r} is full{limit}: retry later or raise its capacity")
         self.queue = queue
         self.capacity = capacity
+
+
+class OrgQuotaExceeded(QueueFull):
+    """The org holds its ``org_open_limit`` of open jobs in the queue: nothing inserted.
+
+    A QueueFull of one org: other orgs may still enqueue into the queue.
+    """
+
+    def __init__(self, queue: str, limit: int | None = None) -> None:
+        JobsdError.__init__(
+            self,
+            f"this org holds its quota of open jobs in queue {queue!r}"
+            + (f" ({limit})" if limit is not None else "")
+            + ": retry once some of them finished",
+        )
+        self.queue = queue
+        self.capacity = limit
 
 
 class UnknownDependency(JobsdError, LookupError):

@@ -16,6 +16,7 @@ from jobsd.http.backend import ApiBackend
 from jobsd.http.bodylimit import BodyLimitMiddleware
 from jobsd.http.health import health_router
 from jobsd.http.metrics import RequestMetrics, metrics_router, request_counter
+from jobsd.http.probes import ProbeGuard
 from jobsd.http.problems import http_error_handler, responses, validation_error_handler
 from jobsd.http.protocols import DaemonView
 from jobsd.http.queue_routes import queues_router
@@ -66,7 +67,11 @@ def create_app(
             {"name": "jobs", "description": "Jobs of the caller's org."},
             {"name": "queues", "description": "Queue administration (admin tokens only)."},
             {"name": "schedules", "description": "Periodic jobs (admin tokens only)."},
-            {"name": "health", "description": "Probes, health report and metrics (no token)."},
+            {
+                "name": "health",
+                "description": "Probes (no token); health report and metrics (the probe "
+                "token, JOBSD_PROBE_TOKEN).",
+            },
         ],
     )
     app.state.jobsd = backend
@@ -80,6 +85,7 @@ def create_app(
     app.include_router(health_router(backend))
     app.include_router(metrics_router(backend, registry))
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=backend.body_limit)
+    app.add_middleware(ProbeGuard, token=backend.http.probe_token)
     app.add_middleware(RequestMetrics, counter=request_counter(registry))
     return app
 

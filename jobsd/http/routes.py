@@ -12,7 +12,7 @@ import binascii
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, assert_never
 
 import anyio
@@ -24,6 +24,7 @@ from jobsd.errors import (
     DatabaseError,
     DuplicateJob,
     InvalidPayload,
+    OrgQuotaExceeded,
     PayloadTooLarge,
     QueueFull,
     UnknownDependency,
@@ -50,6 +51,7 @@ from jobsd.http.schemas import (
     JobSummary,
     pg_text,
 )
+from jobsd.http.settings import HttpSettings
 from jobsd.ids import uuid7
 from jobsd.jobspec import JobSpec
 from jobsd.models import JobStatus
@@ -110,6 +112,7 @@ def jobs_router(
     )
     async def submit_job(body: JobIn, org_id: Org, request: Request, response: Response) -> JobOut:
         job_id = body.id or uuid7()
+        _check_fair(body, backend.http)
         limiter = backend.submit_limiter
         if limiter is not None:
             token_id = getattr(request.state, TOKEN_ID_STATE, None)
@@ -136,6 +139,11 @@ def jobs_router(
             ) from exc
         try:
             job = await backend.submit(spec)
+        except OrgQuotaExceeded as exc:
+            log.info("api.org_quota", extra={"queue": exc.queue, "org_id": org_id})
+            raise problem(
+                429, "org_quota", str(exc), headers={"Retry-After": str(QUEUE_FULL_RETRY_S)}
+            ) from exc
         except QueueFull as exc:
             log.info("api.queue_full", extra={"queue": exc.queue, "org_id": org_id})
             raise problem(
@@ -375,3 +383,26 @@ async def _wait_terminal(
             if remaining <= 0 or waiter.closing:
                 return
             await watch.wait(remaining)
+
+
+def _check_fair(body: JobIn, http: HttpSettings) -> None:
+    """Refuse (422) a priority outside the tokens' range, or a run_after too far ahead."""
+    low, high = http.token_priority_min, http.token_priority_max
+    if not low <= body.priority <= high:
+        raise field_error(
+            ("body", "priority"),
+            f"priority must be between {low} and {high} for this API "
+            "(JOBSD_TOKEN_PRIORITY_MIN, JOBSD_TOKEN_PRIORITY_MAX)",
+            "priority_not_allowed",
+            body.priority,
+        )
+    if body.run_after is not None:
+        ahead_s = (body.run_after - datetime.now(UTC)).total_seconds()
+        if ahead_s > http.max_schedule_ahead:
+            raise field_error(
+                ("body", "run_after"),
+                f"run_after may be at most {http.max_schedule_ahead / 86400:g} days ahead "
+                "(JOBSD_MAX_SCHEDULE_AHEAD)",
+                "run_after_too_far",
+                body.run_after.isoformat(),
+            )

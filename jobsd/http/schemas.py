@@ -233,6 +233,11 @@ class Problem(BaseModel):
     retry_after_s: int | None = Field(
         default=None, description="With rate_limited: seconds until a submission will pass."
     )
+    correlation_id: str | None = Field(
+        default=None,
+        description="Ties the answer to the server's log line, which has the full detail "
+        "(the answer never carries the database's own text).",
+    )
 
 
 class ErrorOut(BaseModel):

@@ -39,6 +39,11 @@ class HttpSettings(BaseSettings):
     http_addr: str | None = None
     """``host:port`` to serve on; the daemon starts the API only when this is set."""
 
+    api_database_url: str | None = None
+    """The API's own database URL (its least-privilege role, ``<prefix>_api``), also for
+    the API inside ``jobsd run``; unset: ``JOBSD_DATABASE_URL``. The API refuses to
+    start as a role that bypasses row-level security unless ``JOBSD_ALLOW_INSECURE``."""
+
     max_body_bytes: int | None = Field(default=None, ge=1024)
     """Largest request body; unset means twice JOBSD_MAX_PAYLOAD_BYTES plus 64 KiB."""
 
@@ -70,6 +75,22 @@ class HttpSettings(BaseSettings):
     """The probes (/readyz, /health, /metrics) ask the database at most once per this
     interval, whatever the number of callers; the others get the last answer. 0 asks
     at every probe."""
+
+    probe_token: str | None = Field(default=None, repr=False)
+    """The bearer token of /metrics and /health (operators, Prometheus); unset, they
+    answer 403 unless ``JOBSD_ALLOW_INSECURE``."""
+
+    token_priority_min: int = Field(default=-100, ge=-1_000_000, le=1_000_000)
+    """The most urgent priority a token may submit (lower runs first); an operator may
+    allow more (down to -1,000,000). Beyond it: 422 ``priority_not_allowed``."""
+
+    token_priority_max: int = Field(default=1_000_000, ge=-1_000_000, le=1_000_000)
+    """The least urgent priority a token may submit."""
+
+    max_schedule_ahead: Duration = 3650 * 86400.0
+    """How far ahead ``run_after`` may be (default ten years): a job due in the year
+    9998 would hold its org's quota and the queue's capacity for good. Beyond it: 422
+    ``run_after_too_far``."""
 
     longpoll_max: Duration = 30.0
     """Longest ``?wait=`` a client gets; longer waits are cut to this."""

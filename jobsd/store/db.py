@@ -32,6 +32,7 @@ from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
     InvalidPayload,
+    OrgQuotaExceeded,
     PayloadTooLarge,
     QueueFull,
     TransientConflict,
@@ -111,6 +112,8 @@ def db_errors(operation: str) -> Iterator[None]:
     except psycopg.Error as exc:
         if exc.sqlstate == QUEUE_FULL_SQLSTATE:
             raise _queue_full(exc) from exc
+        if exc.sqlstate == ORG_QUOTA_SQLSTATE:
+            raise _org_quota(exc) from exc
         if is_unavailable(exc):
             what = (
                 "connection unusable"
@@ -180,6 +183,18 @@ def cause_of(exc: BaseException) -> str:
 
 # Raised by the admission trigger of migration 0008 when a queue is at capacity.
 QUEUE_FULL_SQLSTATE = "JQ001"
+
+
+# Raised by the org quota trigger of migration 0012 when an org holds its open jobs.
+ORG_QUOTA_SQLSTATE = "JQ003"
+
+
+def _org_quota(exc: psycopg.Error) -> OrgQuotaExceeded:
+    try:
+        detail = json.loads(exc.diag.message_detail or "{}")
+        return OrgQuotaExceeded(str(detail["queue"]), int(detail["org_open_limit"]))
+    except (ValueError, KeyError, TypeError):
+        return OrgQuotaExceeded("?")
 
 
 def _queue_full(exc: psycopg.Error) -> QueueFull:

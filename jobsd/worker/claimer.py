@@ -144,7 +144,7 @@ class Claimer:
                     key_limits=self.registry.concurrency_limits(),
                 )
             for job in jobs:
-                self.stats.claimed[job.type] += 1
+                self.stats.claimed[self.stats.label(job.type)] += 1
                 self.start_job(job)
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})

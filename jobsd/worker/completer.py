@@ -203,7 +203,7 @@ class Completer:
                 )
                 discarded.append(job_id)
                 continue
-            self.stats.finished[(job.type, str(job.status))] += 1
+            self.stats.finished[(self.stats.label(job.type), str(job.status))] += 1
             log.info(
                 "job.finished",
                 extra={

@@ -231,7 +231,8 @@ class JobRunner:
             self.submit(held, self._interrupted(job))
             raise
         self.holdings.release_slot(held)
-        self.stats.run_s.observe(job.type, self.clock.monotonic() - held.started_monotonic)
+        took_s = self.clock.monotonic() - held.started_monotonic
+        self.stats.run_s.observe(self.stats.label(job.type), took_s)
         if outcome is None and held.cancel_requested and not held.lost:
             outcome = Outcome(status="cancelled", reason="cancel requested")
         if outcome is None:  # our scope was cancelled: the lease is gone

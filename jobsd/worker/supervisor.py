@@ -84,7 +84,7 @@ class Daemon:
         self.http = http if http is not None else HttpSettings()
         self.registry = registry or default_registry
         self.clock = clock
-        self.stats = DaemonStats()
+        self.stats = DaemonStats(known=self.registry.get)
         self.waker = Waker()
         self.holdings = Holdings(settings.slots, clock)
         self.pool: AsyncPool = make_async_pool(

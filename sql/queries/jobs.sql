@@ -91,8 +91,14 @@ SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
 -- there is the latest committed one, so daemons claiming at once never exceed a
 -- limit. The jobs_count_key_runs trigger keeps the counts. `considered` tells the
 -- claimer whether candidates were left for a busy key, so it can claim again.
+--
+-- Orgs (migration 0012): in a queue with an org_running_limit, the scan skips the
+-- jobs of an org already at that many running jobs there, and a round starts at
+-- most the rest; an org that floods the head of a queue leaves the next round to
+-- the others (`considered` makes the claimer claim again at once). A soft limit:
+-- two daemons claiming at the same instant may each start up to it.
 WITH active AS (
-  SELECT q.name, q.concurrency_limit
+  SELECT q.name, q.concurrency_limit, q.org_running_limit
   FROM jobsd.queues AS q
   WHERE q.paused_at IS NULL
     AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))),
@@ -105,9 +111,17 @@ picked AS (
     SELECT j.id, j.org_id, j.concurrency_key, j.priority, j.created_at,
            CASE WHEN j.concurrency_key IS NOT NULL THEN
              coalesce((SELECT t.key_limit FROM type_limits AS t WHERE t.type = j.type),
-                      a.concurrency_limit, 1) END AS key_limit
+                      a.concurrency_limit, 1) END AS key_limit,
+           j.queue AS org_queue, a.org_running_limit AS org_limit, o.running AS org_running
     FROM jobsd.jobs AS j
+    -- org fairness (migration 0012): the org's running jobs in this queue, counted
+    -- only when the queue has an org_running_limit
+    LEFT JOIN LATERAL (
+      SELECT count(*) AS running FROM jobsd.jobs AS r
+      WHERE a.org_running_limit IS NOT NULL AND r.queue = a.name
+        AND r.org_id = j.org_id AND r.status = 'running') AS o ON true
     WHERE j.status = 'queued' AND j.queue = a.name
+      AND (a.org_running_limit IS NULL OR o.running < a.org_running_limit)
       AND (j.concurrency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM jobsd.concurrency_keys AS k
         WHERE k.org_id = j.org_id AND k.concurrency_key = j.concurrency_key
@@ -118,7 +132,9 @@ picked AS (
     FOR UPDATE OF j SKIP LOCKED) AS c),
 ranked AS (
   SELECT p.*, row_number() OVER (PARTITION BY p.org_id, p.concurrency_key
-                                 ORDER BY p.priority, p.created_at, p.id) AS nth
+                                 ORDER BY p.priority, p.created_at, p.id) AS nth,
+         row_number() OVER (PARTITION BY p.org_queue, p.org_id
+                            ORDER BY p.priority, p.created_at, p.id) AS org_nth
   FROM picked AS p),
 key_counts AS (
   SELECT k.org_id, k.concurrency_key, k.running
@@ -130,7 +146,8 @@ chosen AS (
   SELECT r.id FROM ranked AS r
   LEFT JOIN key_counts AS k
     ON k.org_id = r.org_id AND k.concurrency_key = r.concurrency_key
-  WHERE r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit
+  WHERE (r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit)
+    AND (r.org_limit IS NULL OR r.org_running + r.org_nth <= r.org_limit)
   ORDER BY r.priority, r.created_at, r.id
   LIMIT %(limit)s)
 UPDATE jobsd.jobs AS j

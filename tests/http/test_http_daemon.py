@@ -137,7 +137,7 @@ async def test_queue_depth_counts_queued_scheduled_running(db_url: str, token_a:
             await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
         await api.client.post(
             "/jobs",
-            json={"type": "t", "run_after": "2999-01-01T00:00:00Z"},
+            json={"type": "t", "run_after": "2031-01-01T00:00:00Z"},
             headers=bearer(token_a),
         )
         now = samples((await api.client.get("/metrics")).text)
