@@ -111,6 +111,7 @@ class Daemon:
                 worker_id=settings.worker_id,
                 queues=tuple(settings.queues),
                 poll_interval_s=settings.poll_interval,
+                known_types_only=settings.unknown_types == "leave",
             ),
             clock,
             self.registry,
@@ -162,8 +163,10 @@ class Daemon:
                 interval_s=settings.death_check_interval,
                 hostname=socket.gethostname(),
                 pid=os.getpid(),
+                known_types_only=settings.unknown_types == "leave",
             ),
             clock,
+            self.registry,
         )
         self._start_scope = anyio.CancelScope()
         self._claim_scope = anyio.CancelScope()

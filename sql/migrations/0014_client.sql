@@ -98,3 +98,29 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION jobsd.job_retry(uuid, text, boolean, text) FROM PUBLIC;
+
+-- Queued jobs that no live daemon would claim: their type is in no registered
+-- worker's types (a worker with NULL types takes every type). By queue and type,
+-- for /health and `jobsd queue list`: every org's jobs (SECURITY DEFINER, like
+-- queue_depth). Reads the queued jobs once (the claim index).
+CREATE FUNCTION jobsd.unhandled_jobs()
+RETURNS TABLE (queue text, type text, jobs bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, jobsd, pg_temp
+AS $$
+  WITH handled AS (
+    SELECT bool_or(w.types IS NULL) AS any_type,
+           coalesce(array_agg(DISTINCT t.type) FILTER (WHERE t.type IS NOT NULL), '{}')
+             AS types
+    FROM jobsd.workers AS w
+    LEFT JOIN LATERAL unnest(w.types) AS t(type) ON true)
+  SELECT j.queue, j.type, count(*)::bigint
+  FROM jobsd.jobs AS j, handled AS h
+  WHERE j.status = 'queued' AND NOT coalesce(h.any_type, false)
+    AND j.type <> ALL (h.types)
+  GROUP BY j.queue, j.type
+  ORDER BY j.queue, j.type
+$$;
+
+REVOKE ALL ON FUNCTION jobsd.unhandled_jobs() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobsd.unhandled_jobs() TO PUBLIC;

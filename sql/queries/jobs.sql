@@ -108,6 +108,8 @@ picked AS (
                       a.concurrency_limit, 1) END AS key_limit
     FROM jobsd.jobs AS j
     WHERE j.status = 'queued' AND j.queue = a.name
+      -- only the types this daemon handles (NULL: every type, JOBSD_UNKNOWN_TYPES=fail)
+      AND (%(types)s::text[] IS NULL OR array_position(%(types)s::text[], j.type) IS NOT NULL)
       AND (j.concurrency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM jobsd.concurrency_keys AS k
         WHERE k.org_id = j.org_id AND k.concurrency_key = j.concurrency_key
@@ -338,3 +340,7 @@ WHERE (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
+
+-- name: jobs_unhandled
+-- Queued jobs of types no live daemon handles, by queue and type (migration 0014).
+SELECT queue, type, jobs FROM jobsd.unhandled_jobs();

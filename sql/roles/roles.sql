@@ -99,6 +99,8 @@ GRANT SELECT, UPDATE ON jobsd.jobs TO {worker};
 GRANT INSERT ON jobsd.job_events TO {worker};
 -- each daemon registers itself, and sweepers delete the rows of dead workers
 GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
+-- and records the rules of the types it handles (a retry reads their delivery)
+GRANT SELECT, INSERT, UPDATE ON jobsd.job_types TO {worker};
 -- a claim locks the running count of each concurrency key it may start (FOR UPDATE
 -- needs UPDATE); the counts themselves are kept by SECURITY DEFINER triggers
 GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
@@ -113,7 +115,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobsd FROM {enqueue}, {worker}, {read};
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text),
   jobsd.queue_create(text, integer, integer, integer),
   jobsd.queue_set_limits(text, boolean, integer, boolean, integer, boolean, integer),
-  jobsd.queue_pause(text), jobsd.queue_resume(text), jobsd.queue_drop(text)
+  jobsd.queue_pause(text), jobsd.queue_resume(text), jobsd.queue_drop(text),
+  jobsd.job_retry(uuid, text, boolean, text)
   TO {enqueue};
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
 
