@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import builtins
 import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any, Self, TypeVar, Unpack
 
 from jobsd.admin.queues import (
@@ -27,14 +29,26 @@ from jobsd.admin.queues import (
 )
 from jobsd.errors import ConfigError, JobNotFound, JobsdError
 from jobsd.jobspec import EnqueueOptions, JobSpec
-from jobsd.models import Job, JobEvent, QueueInfo
+from jobsd.models import Job, JobEvent, JobStatus, QueueInfo
 from jobsd.settings import Settings
 from jobsd.store import enqueue as store_enqueue
-from jobsd.store import queries
+from jobsd.store import jobs_ops, queries
 from jobsd.store.connect import make_async_pool, make_sync_pool
 from jobsd.store.db import AsyncConn, AsyncPool, SyncConn, SyncPool, acquire, acquire_sync
+from jobsd.store.jobs_ops import CancelOutcome, Cursor, JobPage
 
-__all__ = ["Client", "EnqueueOptions", "JobSpec", "SyncClient"]
+__all__ = [
+    "CancelOutcome",
+    "Client",
+    "Cursor",
+    "EnqueueOptions",
+    "JobPage",
+    "JobSpec",
+    "SyncClient",
+]
+
+# who the history names for the operations of a client, unless told otherwise
+_ACTOR = "client"
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -212,6 +226,109 @@ class Client:
             f"read of history of job {key}", lambda conn: queries.get_job_events(conn, key)
         )
 
+    # Operations on existing jobs: the same as the CLI's and the HTTP API's
+    # (jobsd.store.jobs_ops). ``org_id`` limits each to one org's jobs.
+
+    def _database_url(self) -> str:
+        url = self._url or self.settings.database_url
+        if not url:
+            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        return url
+
+    async def cancel(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        reason: str = "cancelled by client",
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> CancelOutcome:
+        """Cancel a job that has not started, or ask the owner of a running one to cancel it.
+
+        ``action`` is ``cancelled``, ``requested`` (running: its handler stops within a
+        heartbeat) or ``none`` (already ended, or awaiting recovery: ``job`` says which).
+        Idempotent. Raises JobNotFound.
+        """
+        key = uuid.UUID(str(job_id))
+        done = await self._run(
+            f"cancel of job {key}",
+            lambda conn: jobs_ops.cancel_job(conn, key, actor=actor, reason=reason, org_id=org_id),
+        )
+        if done.job is None:
+            raise JobNotFound(job_id)
+        return done
+
+    async def wait(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        timeout_s: float | None = None,
+        org_id: str | None = None,
+    ) -> Job:
+        """Wait until the job ends (succeeded, failed or cancelled) and return it.
+
+        Woken by the database's notification of the end (``LISTEN jobsd_done`` on a
+        connection of its own for the wait), never by polling. After ``timeout_s``
+        (None: no limit) the job is returned as it is: check ``job.status.terminal``.
+        Raises JobNotFound, BackendUnavailable.
+        """
+        key = uuid.UUID(str(job_id))
+        return await jobs_ops.wait_job(
+            self._database_url(), key, timeout_s=timeout_s, org_id=org_id
+        )
+
+    async def list(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        type: str | None = None,
+        queue: str | None = None,
+        org_id: str | None = None,
+        since: datetime | None = None,
+        after: Cursor | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        """List jobs newest first (``limit`` at most, 1..1000), filtered; pass the
+        page's ``next`` as ``after`` for the next page (None: it was the last).
+
+        ``since`` (aware) keeps jobs created at or after it. Raises ValueError for a
+        bad filter.
+        """
+        return await self._run(
+            "listing of jobs",
+            lambda conn: jobs_ops.list_jobs(
+                conn,
+                status=status,
+                type=type,
+                queue=queue,
+                org_id=org_id,
+                since=since,
+                after=after,
+                limit=limit,
+            ),
+        )
+
+    async def retry(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        force: bool = False,
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> Job:
+        """Give a failed or cancelled job a new attempt; return it, queued again.
+
+        Recorded in the job's history (reason ``retry``, the actor); attempts keep
+        counting. Refused (RetryRefused, nothing changed) for a job that has not
+        ended, for an ``at_most_once`` type unless ``force``, and while a job it
+        depends on has not succeeded. Raises JobNotFound.
+        """
+        key = uuid.UUID(str(job_id))
+        return await self._run(
+            f"retry of job {key}",
+            lambda conn: jobs_ops.retry_job(conn, key, actor=actor, force=force, org_id=org_id),
+        )
+
     # Queue administration: see jobsd.admin.queues (and docs/queues.md) for the semantics.
 
     async def create_queue(self, name: str, **limits: Unpack[QueueLimits]) -> QueueInfo:
@@ -230,7 +347,7 @@ class Client:
             lambda conn: set_queue_limits(conn, name, **changes),
         )
 
-    async def list_queues(self) -> list[QueueInfo]:
+    async def list_queues(self) -> builtins.list[QueueInfo]:
         """Return every declared queue with its open jobs by state (every org's)."""
         return await self._run("listing of the queues", list_queues)
 
@@ -337,6 +454,92 @@ class SyncClient:
         self._open()
         with acquire_sync(self._pool, f"read of history of job {key}") as conn:
             return queries.get_job_events_sync(conn, key)
+
+    def _database_url(self) -> str:
+        url = self._url or self.settings.database_url
+        if not url:
+            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        return url
+
+    def _run(self, operation: str, work: Callable[[SyncConn], T]) -> T:
+        """Run ``work(conn)`` on a pooled connection."""
+        self._open()
+        with acquire_sync(self._pool, operation) as conn:
+            return work(conn)
+
+    def cancel(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        reason: str = "cancelled by client",
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> CancelOutcome:
+        """Cancel a job, or request the cancel of a running one; see ``Client.cancel``."""
+        key = uuid.UUID(str(job_id))
+        done = self._run(
+            f"cancel of job {key}",
+            lambda conn: jobs_ops.cancel_job_sync(
+                conn, key, actor=actor, reason=reason, org_id=org_id
+            ),
+        )
+        if done.job is None:
+            raise JobNotFound(job_id)
+        return done
+
+    def wait(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        timeout_s: float | None = None,
+        org_id: str | None = None,
+    ) -> Job:
+        """Wait until the job ends, or ``timeout_s``; see ``Client.wait``."""
+        key = uuid.UUID(str(job_id))
+        return jobs_ops.wait_job_sync(self._database_url(), key, timeout_s=timeout_s, org_id=org_id)
+
+    def list(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        type: str | None = None,
+        queue: str | None = None,
+        org_id: str | None = None,
+        since: datetime | None = None,
+        after: Cursor | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        """List jobs newest first, filtered, one page; see ``Client.list``."""
+        return self._run(
+            "listing of jobs",
+            lambda conn: jobs_ops.list_jobs_sync(
+                conn,
+                status=status,
+                type=type,
+                queue=queue,
+                org_id=org_id,
+                since=since,
+                after=after,
+                limit=limit,
+            ),
+        )
+
+    def retry(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        force: bool = False,
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> Job:
+        """Give a failed or cancelled job a new attempt; see ``Client.retry``."""
+        key = uuid.UUID(str(job_id))
+        return self._run(
+            f"retry of job {key}",
+            lambda conn: jobs_ops.retry_job_sync(
+                conn, key, actor=actor, force=force, org_id=org_id
+            ),
+        )
 
 
 # The open pools of sync clients, held here: a client dropped without close() keeps

@@ -9,14 +9,18 @@ and sets it for row-level security (the API); None is any org (operators).
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg import sql
+
 from jobsd.errors import JobNotFound, RetryRefused
 from jobsd.models import Job, JobStatus
 from jobsd.store.api import Cursor, run_for_org
+from jobsd.store.connect import connect, connect_async
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 from jobsd.store.named import Row, run_named_sync
 from jobsd.store.queries import CancelOutcome, cancel_job
@@ -31,7 +35,12 @@ __all__ = [
     "list_jobs_sync",
     "retry_job",
     "retry_job_sync",
+    "wait_job",
+    "wait_job_sync",
 ]
+
+# migration 0002: the job id is notified on this channel when a job ends
+DONE_CHANNEL = "jobsd_done"
 
 MAX_PAGE = 1000
 _LAST_ID = uuid.UUID(int=(1 << 128) - 1)
@@ -218,3 +227,73 @@ def cancel_job_sync(
     if job is not None and org_id is not None and job.org_id != org_id:
         job = None
     return CancelOutcome("none", job)
+
+
+def _deadline(timeout_s: float | None) -> float | None:
+    if timeout_s is not None and timeout_s < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, not {timeout_s}")
+    return None if timeout_s is None else time.monotonic() + timeout_s
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+def _visible(job_id: uuid.UUID, rows: list[Row], org_id: str | None) -> Job:
+    job = Job.from_row(rows[0]) if rows else None
+    if job is None or (org_id is not None and job.org_id != org_id):
+        raise JobNotFound(job_id)
+    return job
+
+
+async def wait_job(
+    url: str, job_id: uuid.UUID, *, timeout_s: float | None = None, org_id: str | None = None
+) -> Job:
+    """Wait until a job ends (or ``timeout_s`` passes: None is forever); return it as it is.
+
+    One dedicated connection: ``LISTEN jobsd_done`` first, then the job is read, then
+    each notification naming it wakes a re-read, so an end between the two is not
+    missed and nothing polls. Raises JobNotFound, BackendUnavailable.
+    """
+    operation = f"wait for job {job_id}"
+    deadline = _deadline(timeout_s)
+    params = {"id": job_id}
+    async with connect_async(
+        url, application_name="jobsd-client-wait", operation=operation
+    ) as conn:
+        with db_errors(operation):
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL)))
+            job = _visible(job_id, await run_for_org(conn, org_id, "jobs_get", params), org_id)
+            while not job.status.terminal:
+                left = _left(deadline)
+                if left == 0.0:
+                    break
+                async for note in conn.notifies(timeout=left):
+                    if note.payload == str(job_id):
+                        break
+                job = _visible(job_id, await run_for_org(conn, org_id, "jobs_get", params), org_id)
+    return job
+
+
+def wait_job_sync(
+    url: str, job_id: uuid.UUID, *, timeout_s: float | None = None, org_id: str | None = None
+) -> Job:
+    """Wait until a job ends, or ``timeout_s``; see ``wait_job`` (sync)."""
+    operation = f"wait for job {job_id}"
+    deadline = _deadline(timeout_s)
+    params = {"id": job_id}
+    with (
+        connect(url, application_name="jobsd-client-wait", operation=operation) as conn,
+        db_errors(operation),
+    ):
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL)))
+        job = _visible(job_id, _run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
+        while not job.status.terminal:
+            left = _left(deadline)
+            if left == 0.0:
+                break
+            for note in conn.notifies(timeout=left):
+                if note.payload == str(job_id):
+                    break
+            job = _visible(job_id, _run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
+    return job
