@@ -139,6 +139,8 @@ class Job:
     """lower runs first; FIFO within a priority (migration 0008)"""
     concurrency_key: str | None = None
     """jobs sharing a key run at most the key's limit at once (migration 0008)"""
+    trace_context: dict[str, str] | None = None
+    """the W3C trace context of the enqueue, with OpenTelemetry (migration 0014)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -149,6 +151,7 @@ class Job:
             cancel_requested_at=row.get("cancel_requested_at"),
             priority=row.get("priority", 0),
             concurrency_key=row.get("concurrency_key"),
+            trace_context=row.get("trace_context"),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -290,8 +290,6 @@ class HealthReport(BaseModel):
         description="Queued jobs of types that no live daemon handles (every org's): they "
         "wait until a daemon with their handler starts.",
     )
-    unhandled_types: dict[str, int] = Field(
-        default_factory=dict, description="Those jobs by type."
-    )
+    unhandled_types: dict[str, int] = Field(default_factory=dict, description="Those jobs by type.")
     slots: int | None = Field(description="The attached daemon's slots.")
     slots_busy: int | None

@@ -7,12 +7,12 @@
 -- re-reads the holder.
 -- A job with dependencies still pending starts blocked.
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
-                        priority, concurrency_key)
+                        priority, concurrency_key, trace_context)
 SELECT %(id)s, %(org_id)s, %(type)s, q.name,
        CASE WHEN %(blocked)s THEN 'blocked'
             WHEN %(run_after)s::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
        %(dedup_key)s, %(payload)s::jsonb, coalesce(%(run_after)s::timestamptz, now()),
-       %(priority)s, %(concurrency_key)s
+       %(priority)s, %(concurrency_key)s, %(trace_context)s::jsonb
 FROM jobsd.queues AS q
 WHERE q.name = %(queue)s
 ON CONFLICT DO NOTHING
@@ -22,15 +22,16 @@ RETURNING *;
 -- Many jobs in one statement; queues were checked first. Rows that hit a conflict
 -- are simply absent from the result.
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
-                        priority, concurrency_key)
+                        priority, concurrency_key, trace_context)
 SELECT b.id, b.org_id, b.type, b.queue,
        CASE WHEN b.run_after > now() THEN 'scheduled' ELSE 'queued' END,
-       b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key
+       b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key,
+       b.trace_context
 FROM unnest(%(ids)s::uuid[], %(org_ids)s::text[], %(types)s::text[], %(queues)s::text[],
             %(dedup_keys)s::text[], %(payloads)s::jsonb[], %(run_afters)s::timestamptz[],
-            %(priorities)s::int[], %(concurrency_keys)s::text[])
+            %(priorities)s::int[], %(concurrency_keys)s::text[], %(trace_contexts)s::jsonb[])
      WITH ORDINALITY AS b(id, org_id, type, queue, dedup_key, payload, run_after, priority,
-                          concurrency_key, ord)
+                          concurrency_key, trace_context, ord)
 ORDER BY b.ord
 ON CONFLICT DO NOTHING
 RETURNING *;
