@@ -90,7 +90,7 @@ def test_run_without_handlers_refuses_unless_allow_empty(
 
 
 def test_run_after_takes_iso_8601_with_z(db_url: str, conn: psycopg.Connection[Any]) -> None:
-    # offsets, durations and naive times: tests/unit/test_cli_moment.py
+    # offsets, durations and naive times: tests/unit/test_cli_frictions.py
     env = make_env(db_url)
     r = run_cli("enqueue", "noop", "--org", "acme", "--run-after", "2030-01-01T00:00:00Z", env=env)
     assert r.returncode == 0, r.stderr

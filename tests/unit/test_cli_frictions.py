@@ -1,4 +1,5 @@
-"""``--run-after`` and ``--since`` read ISO 8601 (Z, offsets, naive = UTC) and durations."""
+"""Frictions of issue 14: ``--run-after`` and ``--since`` read ISO 8601 (Z, offsets, naive =
+UTC) and durations; JSON log lines carry a timestamp."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def test_durations_ahead_or_ago(text: str, seconds: int) -> None:
 def test_anything_else_is_a_usage_error(text: str) -> None:
     with pytest.raises(click.BadParameter, match="is not a time"):
         Moment().convert(text, None, None)
+
+
+def test_json_log_lines_carry_a_timestamp() -> None:
+    import json
+    import logging
+
+    from jobsd.logs import JsonFormatter
+
+    record = logging.makeLogRecord({"msg": "job.rescued", "levelname": "INFO", "job_id": "x"})
+    line = json.loads(JsonFormatter().format(record))
+    assert list(line)[:3] == ["ts", "level", "event"] and line["job_id"] == "x"
+    assert datetime.fromisoformat(line["ts"]) == datetime.fromtimestamp(
+        record.created, UTC
+    ).replace(microsecond=datetime.fromtimestamp(record.created, UTC).microsecond // 1000 * 1000)
