@@ -96,6 +96,10 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "workers:DELETE",
         "concurrency_keys:SELECT",
         "concurrency_keys:UPDATE",
+        # each daemon records its types' rules (a retry reads their delivery)
+        "job_types:SELECT",
+        "job_types:INSERT",
+        "job_types:UPDATE",
     }
     # functions PUBLIC may not run: queue administration for the API's enqueue role
     # (queue listing for the read role too); the triggers' functions for nobody
@@ -106,6 +110,7 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "queue_pause",
         "queue_resume",
         "queue_drop",
+        "job_retry",  # POST /jobs/{id}/retry (SECURITY DEFINER, org-scoped inside)
     }
     assert _routines(url, names.read) == {"queue_info"}
     assert _routines(url, names.worker) == set()
