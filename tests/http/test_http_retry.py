@@ -1,6 +1,7 @@
-"""``POST /jobs/{id}/retry`` (issue 14): a failed or cancelled job of the caller's org is
-queued again with its history; everything else is refused with a 409 or a 404, and
-nothing changes."""
+"""``POST /jobs/{id}/retry`` and the unhandled jobs of ``/health`` (issue 14). A failed or
+cancelled job of the caller's org is queued again with its history; everything else is
+refused with a 409 or a 404, and nothing changes. ``/health`` counts queued jobs whose
+type no live daemon handles."""
 
 from __future__ import annotations
 
@@ -54,3 +55,22 @@ async def test_retry_endpoint(db_url: str, token_a: str, token_b: str) -> None:
             assert r.status_code == 200 and r.json()["status"] == "queued"
             r = await api.client.post(f"/jobs/{failed}/retry")
             assert r.status_code == 401
+
+
+async def test_health_counts_queued_jobs_no_live_daemon_handles(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        make_job(conn, type="gamma")
+        make_job(conn, type="alpha")
+        make_job(conn, type="alpha", status="running")
+        conn.execute(
+            "INSERT INTO jobsd.workers (worker_id, hostname, pid, types) "
+            "VALUES ('w1', 'h', 1, '{alpha}')"
+        )
+        async with running_api(settings_for(db_url)) as api:
+            report = (await api.client.get("/health")).json()
+            assert (report["unhandled_jobs"], report["unhandled_types"]) == (1, {"gamma": 1})
+            assert any("gamma (1)" in w for w in report["warnings"]), report["warnings"]
+            # a daemon that takes every type (JOBSD_UNKNOWN_TYPES=fail) handles them all
+            conn.execute("UPDATE jobsd.workers SET types = NULL")
+            report = (await api.client.get("/health")).json()
+            assert (report["unhandled_jobs"], report["unhandled_types"]) == (0, {})
