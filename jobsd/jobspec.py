@@ -16,6 +16,7 @@ from typing import Any, TypedDict, Unpack
 
 from jobsd.ids import uuid7
 from jobsd.jsonsafe import encode_object
+from jobsd.tracing import current_trace_context
 
 __all__ = ["MAX_DEPENDENCIES", "PRIORITY_MAX", "PRIORITY_MIN", "EnqueueOptions", "JobSpec"]
 
@@ -59,6 +60,8 @@ class JobSpec:
     priority: int = 0
     concurrency_key: str | None = None
     depends_on: tuple[uuid.UUID, ...] = ()
+    trace_context: str | None = None
+    """the caller's W3C trace context as JSON (jobsd.tracing), None without OpenTelemetry"""
 
     @classmethod
     def build(
@@ -124,6 +127,7 @@ class JobSpec:
             priority=priority,
             concurrency_key=concurrency_key,
             depends_on=deps,
+            trace_context=current_trace_context(),
         )
 
     @property
@@ -143,6 +147,7 @@ class JobSpec:
             "run_after": self.run_after,
             "priority": self.priority,
             "concurrency_key": self.concurrency_key,
+            "trace_context": self.trace_context,
             "blocked": blocked,
         }
 

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -83,6 +83,10 @@ class Settings(BaseSettings):
 
     queues: CommaList = []
     """Queues this daemon claims from; empty means every queue."""
+
+    unknown_types: Literal["leave", "fail"] = "leave"
+    """Jobs of a type this daemon has no handler for: ``leave`` them queued for a daemon
+    that has one (the claim skips them), or claim and ``fail`` them (``unknown type``)."""
 
     slots: int = Field(default=10, ge=1, le=10_000)
     """How many jobs one daemon runs at once."""

@@ -167,6 +167,16 @@ async def list_queues(conn: AsyncConn) -> list[QueueInfo]:
     return await store.list_all(conn)
 
 
+async def unhandled_jobs(conn: AsyncConn) -> dict[str, dict[str, int]]:
+    """Count queued jobs of types no live daemon handles: queue -> type -> jobs."""
+    from jobsd.store.api import unhandled_jobs as count
+
+    found: dict[str, dict[str, int]] = {}
+    for queue, type_, jobs in await count(conn, timeout_s=10.0):
+        found.setdefault(queue, {})[type_] = jobs
+    return found
+
+
 async def get_queue(conn: AsyncConn, name: str) -> QueueInfo:
     """Return one queue; raise UnknownQueue if it is not declared."""
     return await store.get(conn, check_queue_name(name))

@@ -21,6 +21,7 @@ from jobsd.errors import UnknownQueue
 
 if TYPE_CHECKING:
     from jobsd.admin.queues import QueueInfo
+    from jobsd.store.db import AsyncConn
 
 __all__ = ["queue"]
 
@@ -229,13 +230,22 @@ def queue_set(
 @_database_url_option
 @friendly_errors
 def queue_list(as_json: bool, database_url: str | None) -> None:
-    """List the queues: paused or active, limits, and open jobs by state (every org's)."""
-    from jobsd.admin.queues import list_queues
+    """List the queues: paused or active, limits, and open jobs by state (every org's).
 
-    infos = _run(database_url, "listing of the queues", list_queues)
+    ``unhandled=N``: queued jobs of types that no live daemon handles (they wait for a
+    daemon with their handler; ``--json`` names their types).
+    """
+    from jobsd.admin.queues import list_queues, unhandled_jobs
+
+    async def both(conn: AsyncConn) -> tuple[list[QueueInfo], dict[str, dict[str, int]]]:
+        return await list_queues(conn), await unhandled_jobs(conn)
+
+    infos, unhandled = _run(database_url, "listing of the queues", both)
     if as_json:
         for info in infos:
-            click.echo(json.dumps(info.to_json()))
+            types = unhandled.get(info.name, {})
+            extra = {"unhandled": sum(types.values()), "unhandled_types": types}
+            click.echo(json.dumps(info.to_json() | extra))
         return
     rows = [
         [
@@ -243,6 +253,7 @@ def queue_list(as_json: bool, database_url: str | None) -> None:
             "paused" if info.paused else "active",
             *_limits(info),
             *(f"{state}={count}" for state, count in info.depth.items()),
+            f"unhandled={sum(unhandled.get(info.name, {}).values())}",
         ]
         for info in infos
     ]

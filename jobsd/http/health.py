@@ -119,6 +119,14 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                         "health report", api.health_row, timeout_s=http.ready_timeout
                     ),
                 )
+                unhandled = await backend.read(
+                    "health report", api.unhandled_jobs, timeout_s=http.ready_timeout
+                )
+                by_type: dict[str, int] = {}
+                for _, type_, jobs in unhandled:
+                    by_type[type_] = by_type.get(type_, 0) + jobs
+                row["unhandled_jobs"] = sum(by_type.values())
+                row["unhandled_types"] = by_type
                 database = True
             except (BackendUnavailable, DatabaseError):
                 database = False
@@ -141,6 +149,8 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 _age(backend.waiter.last_notify_monotonic) if backend.started else None
             ),
             "listen_connected": waiter_connected,
+            "unhandled_jobs": row.get("unhandled_jobs"),
+            "unhandled_types": row.get("unhandled_types") or {},
             "slots": daemon.holdings.slots if daemon else None,
             "slots_busy": daemon.holdings.running if daemon else None,
         }
@@ -172,6 +182,12 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 f"{what} has been open {age:.0f} s (over {http.health_xact_age_warn:g} s): "
                 "it holds back vacuum of the jobs table"
             )
+    if report.unhandled_jobs:
+        types = ", ".join(f"{t} ({n})" for t, n in sorted(report.unhandled_types.items()))
+        warnings.append(
+            f"{report.unhandled_jobs} queued jobs are of types no live daemon handles: "
+            f"{types}; start a daemon with their handlers (JOBSD_HANDLERS)"
+        )
     usage = report.notify_queue_usage
     if usage is not None and usage > http.health_notify_queue_warn:
         warnings.append(

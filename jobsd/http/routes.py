@@ -1,4 +1,5 @@
-"""The jobs endpoints: submit, read (and long-poll), list, cancel; every one scoped by org.
+"""The jobs endpoints: submit, read (and long-poll), list, cancel, retry; every one scoped
+by org.
 
 The org comes from a dependency: the bearer token in jobsd's own app, or whatever the
 host application already knows when it mounts ``jobsd.http.router(org_dependency=...)``.
@@ -25,8 +26,10 @@ from jobsd.errors import (
     DuplicateJob,
     InvalidPayload,
     OrgQuotaExceeded,
+    JobNotFound,
     PayloadTooLarge,
     QueueFull,
+    RetryRefused,
     UnknownDependency,
     UnknownQueue,
 )
@@ -55,7 +58,8 @@ from jobsd.http.settings import HttpSettings
 from jobsd.ids import uuid7
 from jobsd.jobspec import JobSpec
 from jobsd.models import JobStatus
-from jobsd.store import api, queries
+from jobsd.store import api, jobs_ops, queries
+from jobsd.store.db import acquire
 
 __all__ = ["decode_cursor", "encode_cursor", "jobs_router"]
 
@@ -317,6 +321,39 @@ def jobs_router(
                 raise problem(409, "job_changed", "the job changed state meanwhile: retry")
             case _:
                 assert_never(status)
+
+    @router.post(
+        "/jobs/{job_id}/retry",
+        response_model=JobOut,
+        responses=responses(404, 409, 503),
+        operation_id="retry_job",
+        summary="Retry a failed or cancelled job",
+        description="A failed or cancelled job gets a new attempt of the same job: it is "
+        "queued again (200, the job as it is now), recorded in its history (reason "
+        "`retry`); attempts keep counting. 409 when the job has not ended "
+        "(`job_not_ended`), when its type is `at_most_once` and `force` is not set "
+        "(`job_at_most_once`: its last run may have had effects), or when a job it "
+        "depends on has not succeeded (`job_dependency`).",
+    )
+    async def retry_job(
+        job_id: uuid.UUID,
+        org_id: Org,
+        force: Annotated[bool, Query(description="Retry an at_most_once job too.")] = False,
+    ) -> JobOut:
+        operation = f"retry of job {job_id}"
+        try:
+            with store_errors(operation):
+                # not backend.read: a retry is not repeated after a dropped connection
+                async with acquire(backend.pool, operation) as conn:
+                    job = await jobs_ops.retry_job(
+                        conn, job_id, actor=API_ACTOR, force=force, org_id=org_id
+                    )
+        except JobNotFound:
+            raise _not_found(job_id) from None
+        except RetryRefused as exc:
+            raise problem(409, f"job_{exc.why}", str(exc)) from None
+        log.info("api.retried", extra={"job_id": job_id, "org_id": org_id, "force": force})
+        return JobOut.from_job(job)
 
     return router
 

@@ -290,5 +290,11 @@ class HealthReport(BaseModel):
         description="Time since this API last received a job-finished notification."
     )
     listen_connected: bool = Field(description="This API's LISTEN connection is up.")
+    unhandled_jobs: int | None = Field(
+        default=None,
+        description="Queued jobs of types that no live daemon handles (every org's): they "
+        "wait until a daemon with their handler starts.",
+    )
+    unhandled_types: dict[str, int] = Field(default_factory=dict, description="Those jobs by type.")
     slots: int | None = Field(description="The attached daemon's slots.")
     slots_busy: int | None

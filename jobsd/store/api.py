@@ -36,6 +36,7 @@ __all__ = [
     "queue_depth",
     "role_bypass",
     "run_for_org",
+    "unhandled_jobs",
 ]
 
 _PIPELINE = psycopg.AsyncPipeline.is_supported()
@@ -164,6 +165,13 @@ async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:
         if row.get(key) is not None:
             row[key] = max(float(row[key]), 0.0)
     return row
+
+
+async def unhandled_jobs(conn: AsyncConn, *, timeout_s: float) -> list[tuple[str, str, int]]:
+    """Count queued jobs of types no live daemon handles, by queue and type (every org's)."""
+    with db_errors("count of unhandled jobs"):
+        rows = await _bounded(conn, "jobs_unhandled", timeout_s)
+    return [(r["queue"], r["type"], int(r["jobs"])) for r in rows]
 
 
 async def notify_queue_usage(conn: AsyncConn, *, timeout_s: float) -> float:

@@ -98,11 +98,13 @@ async def claim_batch(
     queues: Sequence[str] | None,
     keep_dedup_types: Sequence[str],
     key_limits: Mapping[str, int] | None = None,
+    types: Sequence[str] | None = None,
 ) -> ClaimRound:
     """Claim up to ``limit`` queued jobs in claim order, in one statement.
 
     ``key_limits`` maps job types to their per-key concurrency limit (types not in
-    it use their queue's limit, else 1).
+    it use their queue's limit, else 1). ``types``: claim only jobs of these types
+    (the daemon's handlers); None claims every type.
     """
     limits = dict(key_limits or {})
     params = {
@@ -112,6 +114,7 @@ async def claim_batch(
         "keep_dedup_types": list(keep_dedup_types),
         "limit_types": list(limits),
         "limit_values": list(limits.values()),
+        "types": list(types) if types is not None else None,
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_batch", params)

@@ -34,6 +34,7 @@ from jobsd.errors import InvalidPayload
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
 from jobsd.registry import HandlerSpec, Registry
+from jobsd.tracing import job_span
 from jobsd.worker.clock import Clock
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.stats import DaemonStats
@@ -223,8 +224,9 @@ class JobRunner:
         job = held.job
         outcome: Outcome | None = None
         try:
-            with held.scope:
+            with held.scope, job_span(job) as span:
                 outcome = await run_handler(job, self.registry.get(job.type), held.ctx)
+                span.outcome(outcome.status, outcome.reason, outcome.error)
         except anyio.get_cancelled_exc_class():
             # shutdown past the grace time: write the job back, then let go
             self.holdings.release_slot(held)

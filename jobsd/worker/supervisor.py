@@ -119,6 +119,7 @@ class Daemon:
                 worker_id=settings.worker_id,
                 queues=tuple(settings.queues),
                 poll_interval_s=settings.poll_interval,
+                known_types_only=settings.unknown_types == "leave",
             ),
             clock,
             self.registry,
@@ -170,8 +171,10 @@ class Daemon:
                 interval_s=settings.death_check_interval,
                 hostname=socket.gethostname(),
                 pid=os.getpid(),
+                known_types_only=settings.unknown_types == "leave",
             ),
             clock,
+            self.registry,
         )
         # the file is checked even when this daemon does not schedule: a bad file is
         # an error at start, not on the day a scheduling daemon restarts

@@ -7,12 +7,12 @@
 -- re-reads the holder.
 -- A job with dependencies still pending starts blocked.
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
-                        priority, concurrency_key)
+                        priority, concurrency_key, trace_context)
 SELECT %(id)s, %(org_id)s, %(type)s, q.name,
        CASE WHEN %(blocked)s THEN 'blocked'
             WHEN %(run_after)s::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
        %(dedup_key)s, %(payload)s::jsonb, coalesce(%(run_after)s::timestamptz, now()),
-       %(priority)s, %(concurrency_key)s
+       %(priority)s, %(concurrency_key)s, %(trace_context)s::jsonb
 FROM jobsd.queues AS q
 WHERE q.name = %(queue)s
 ON CONFLICT DO NOTHING
@@ -22,15 +22,16 @@ RETURNING *;
 -- Many jobs in one statement; queues were checked first. Rows that hit a conflict
 -- are simply absent from the result.
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
-                        priority, concurrency_key)
+                        priority, concurrency_key, trace_context)
 SELECT b.id, b.org_id, b.type, b.queue,
        CASE WHEN b.run_after > now() THEN 'scheduled' ELSE 'queued' END,
-       b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key
+       b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key,
+       b.trace_context
 FROM unnest(%(ids)s::uuid[], %(org_ids)s::text[], %(types)s::text[], %(queues)s::text[],
             %(dedup_keys)s::text[], %(payloads)s::jsonb[], %(run_afters)s::timestamptz[],
-            %(priorities)s::int[], %(concurrency_keys)s::text[])
+            %(priorities)s::int[], %(concurrency_keys)s::text[], %(trace_contexts)s::jsonb[])
      WITH ORDINALITY AS b(id, org_id, type, queue, dedup_key, payload, run_after, priority,
-                          concurrency_key, ord)
+                          concurrency_key, trace_context, ord)
 ORDER BY b.ord
 ON CONFLICT DO NOTHING
 RETURNING *;
@@ -122,6 +123,8 @@ picked AS (
         AND r.org_id = j.org_id AND r.status = 'running') AS o ON true
     WHERE j.status = 'queued' AND j.queue = a.name
       AND (a.org_running_limit IS NULL OR o.running < a.org_running_limit)
+      -- only the types this daemon handles (NULL: every type, JOBSD_UNKNOWN_TYPES=fail)
+      AND (%(types)s::text[] IS NULL OR array_position(%(types)s::text[], j.type) IS NOT NULL)
       AND (j.concurrency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM jobsd.concurrency_keys AS k
         WHERE k.org_id = j.org_id AND k.concurrency_key = j.concurrency_key
@@ -354,3 +357,28 @@ SET status = %(status)s, reason = %(reason)s,
     dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN NULL ELSE dedup_key END
 WHERE id = %(id)s AND status = 'recovery_required'
 RETURNING *;
+
+-- name: jobs_retry
+-- A new attempt of a failed or cancelled job (migration 0014, jobsd.job_retry): the
+-- outcome says what happened; the caller reads the job back.
+SELECT jobsd.job_retry(%(id)s::uuid, %(actor)s::text, %(force)s::boolean,
+                       %(org_id)s::text) AS outcome;
+
+-- name: jobs_list
+-- Jobs newest first, after a keyset cursor (created_at, id) (the first page passes
+-- ('infinity', 'ffffffff-...')), filtered by org, status, type, queue and creation
+-- time; every filter is optional. One org's list reads jobs_org_created_idx
+-- backwards; the others scan.
+SELECT * FROM jobsd.jobs
+WHERE (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
+  AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: jobs_unhandled
+-- Queued jobs of types no live daemon handles, by queue and type (migration 0014).
+SELECT queue, type, jobs FROM jobsd.unhandled_jobs();

@@ -103,7 +103,9 @@ GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {worker};
 GRANT SELECT, UPDATE ON jobsd.jobs TO {worker};
 GRANT INSERT ON jobsd.job_events TO {worker};
 -- each daemon registers itself, and sweepers delete the rows of dead workers
-GRANT SELECT, UPDATE, INSERT, DELETE ON jobsd.workers TO {worker};
+GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
+-- and records the rules of the types it handles (a retry reads their delivery)
+GRANT SELECT, INSERT, UPDATE ON jobsd.job_types TO {worker};
 -- a claim locks the running count of each concurrency key it may start (FOR UPDATE
 -- needs UPDATE); the counts themselves are kept by SECURITY DEFINER triggers
 GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
@@ -130,6 +132,8 @@ GRANT EXECUTE ON FUNCTION jobsd.queue_info(text),
   jobsd.queue_pause(text), jobsd.queue_resume(text)
   TO {admin};
 GRANT {admin} TO {api};
+-- retry a failed or cancelled job (POST /jobs/{id}/retry; SECURITY DEFINER, org-scoped inside)
+GRANT EXECUTE ON FUNCTION jobsd.job_retry(uuid, text, boolean, text) TO {enqueue}, {api};
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
 -- the schedules with their last tick's job, every org's (GET /schedules, /metrics)
 GRANT EXECUTE ON FUNCTION jobsd.schedule_info(text) TO {admin}, {read};

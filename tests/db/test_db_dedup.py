@@ -40,6 +40,7 @@ def _claim(conn: psycopg.Connection[Any], keep: list[str] | None = None) -> list
             "keep_dedup_types": keep or [],
             "limit_types": [],
             "limit_values": [],
+            "types": None,
         },
     )
 

@@ -121,6 +121,7 @@ def test_jobs_enqueued_in_one_transaction_are_claimed_in_enqueue_order(
             "keep_dedup_types": [],
             "limit_types": [],
             "limit_values": [],
+            "types": None,
         },
     )
     claimed.sort(key=lambda r: (r["created_at"], r["id"]))

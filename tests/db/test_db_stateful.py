@@ -66,6 +66,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "run_after": run_after,
                 "priority": 0,
                 "concurrency_key": None,
+                "trace_context": None,
                 "blocked": False,
             },
         )
@@ -84,6 +85,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "keep_dedup_types": [],
                 "limit_types": [],
                 "limit_values": [],
+                "types": None,
             },
         )
         mine = [r for r in rows if r["org_id"] == self.org]

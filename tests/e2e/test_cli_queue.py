@@ -77,11 +77,11 @@ def test_create_list_set_pause_resume_drop(db_url: str, conn: psycopg.Connection
     add_job(conn, "mail", "acme", "succeeded")
     assert ok(jobsd("list")) == [
         "default  active  capacity=none  concurrency_limit=default  retention=none  queued=0  "
-        "scheduled=0  blocked=0  running=0  recovery_required=0",
+        "scheduled=0  blocked=0  running=0  recovery_required=0  unhandled=0",
         "mail     active  capacity=100   concurrency_limit=default  retention=30d   queued=2  "
-        "scheduled=0  blocked=0  running=1  recovery_required=0",
+        "scheduled=0  blocked=0  running=1  recovery_required=0  unhandled=2",
         "reports  active  capacity=none  concurrency_limit=2        retention=none  queued=0  "
-        "scheduled=0  blocked=0  running=0  recovery_required=0",
+        "scheduled=0  blocked=0  running=0  recovery_required=0  unhandled=0",
     ]
     listed = [json.loads(line) for line in ok(jobsd("list", "--json"))]
     assert [q["name"] for q in listed] == ["default", "mail", "reports"]

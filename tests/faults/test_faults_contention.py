@@ -180,6 +180,7 @@ def _claim_race(url: str, query: str, claimers: int, batch: int) -> tuple[Counte
         "keep_dedup_types": [],
         "limit_types": [],
         "limit_values": [],
+        "types": None,
     }
 
     def claimer(n: int) -> None:

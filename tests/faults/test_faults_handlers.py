@@ -287,7 +287,6 @@ def test_t17_unknown_types_are_never_silently_discarded(scenario: Scenario) -> N
 
 @pytest.mark.scenario("T17-queued", "a daemon without the handler leaves the job queued (default)")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(strict=True, reason="needs issue 14: workers take only the types they know")
 @pytest.mark.timeout(60)
 def test_t17_unknown_type_is_left_queued_by_default(scenario: Scenario) -> None:
     ids = _enqueue(scenario, ["nobody_handles_this", "work"])

@@ -113,6 +113,10 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "schedule_ticks:UPDATE",
         "schedule_ticks:DELETE",
         *own_org,
+        # each daemon records its types' rules (a retry reads their delivery)
+        "job_types:SELECT",
+        "job_types:INSERT",
+        "job_types:UPDATE",
     }
     # functions PUBLIC may not run: queue administration for the admin role (and the
     # API's role, a member of it), never queue_drop (the owner's); the token lookup
@@ -127,8 +131,8 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
     }
     assert _routines(url, names.admin) == administration | {"schedule_info"}
     api_reads = {"api_token_lookup", "done_notify_key"}
-    assert _routines(url, names.api) == administration | {"schedule_info"} | api_reads
-    assert _routines(url, names.enqueue) == api_reads
+    assert _routines(url, names.api) == administration | {"schedule_info", "job_retry"} | api_reads
+    assert _routines(url, names.enqueue) == api_reads | {"job_retry"}
     assert _routines(url, names.read) == {"queue_info", "schedule_info", *api_reads}
     assert _routines(url, names.worker) == set()
     with psycopg.connect(url, autocommit=True) as conn:

@@ -118,7 +118,8 @@ async def test_unknown_type_fails_explicitly(
     async def known(ctx: jobsd.JobContext) -> None:
         return None
 
-    async with running_daemon(make_settings(db_url), registry):
+    # JOBSD_UNKNOWN_TYPES=fail; by default the job stays queued (test_known_types.py)
+    async with running_daemon(make_settings(db_url, unknown_types="fail"), registry):
         stray = await client.enqueue("nobody_handles_this", {}, org_id="acme")
         fine = await client.enqueue("known", {}, org_id="acme")
         stray_row, fine_row = await finish(db, stray), await finish(db, fine)
