@@ -76,6 +76,10 @@ def create_app(
     app.include_router(queues_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(health_router(backend))
     app.include_router(metrics_router(backend, registry))
+    if backend.http.ui:
+        from jobsd.http.ui import mount_ui
+
+        mount_ui(app, backend)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=backend.body_limit)
     app.add_middleware(RequestMetrics, counter=request_counter(registry))
     return app

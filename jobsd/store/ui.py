@@ -1,0 +1,146 @@
+"""One typed function per named query of ``sql/queries/ui.sql``: the dashboard's reads.
+
+``org_id`` None reads every org (an admin); a string reads that org only, with
+``jobsd.org_id`` set for row-level security (``store.api.run_for_org``). ``now`` None
+is the database's clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jobsd.models import JobEvent, JobStatus
+from jobsd.store.api import Cursor, run_for_org
+from jobsd.store.db import AsyncConn, db_errors
+from jobsd.store.named import Row
+
+__all__ = [
+    "JobFilter",
+    "get_job",
+    "job_events",
+    "list_jobs_page",
+    "note_event",
+    "open_counts_for_org",
+    "pickup_lag",
+    "recent_failures",
+    "throughput",
+    "workers",
+]
+
+_LAST_ID = uuid.UUID(int=(1 << 128) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What a jobs list shows: each field None means any."""
+
+    org_id: str | None = None
+    status: JobStatus | None = None
+    type: str | None = None
+    queue: str | None = None
+    since: datetime | None = None
+    """created at or after"""
+    until: datetime | None = None
+    """created before"""
+
+
+async def list_jobs_page(
+    conn: AsyncConn, filters: JobFilter, *, after: Cursor | None, limit: int, scope: str | None
+) -> list[Row]:
+    """List up to ``limit`` jobs, newest first, older than ``after``.
+
+    ``scope`` is the viewer's org (None: an admin, every org); ``filters.org_id`` narrows
+    an admin's list to one org. An org's list never leaves its org.
+    """
+    if scope is not None and filters.org_id not in (None, scope):
+        return []
+    org = scope or filters.org_id
+    before_at: datetime | str = "infinity"
+    before_id = _LAST_ID
+    if after is not None:
+        before_at, before_id = after.created_at, after.id
+    if filters.until is not None and (after is None or filters.until <= after.created_at):
+        before_at, before_id = filters.until, uuid.UUID(int=0)
+    params: dict[str, Any] = {
+        "org_id": org,
+        "before_created_at": before_at,
+        "before_id": before_id,
+        "since": filters.since,
+        "status": str(filters.status) if filters.status else None,
+        "type": filters.type,
+        "queue": filters.queue,
+        "limit": limit,
+    }
+    name = "ui_jobs_list_org" if org is not None else "ui_jobs_list_all"
+    with db_errors(f"listing of jobs for org {org!r}" if org else "listing of jobs"):
+        return await run_for_org(conn, org, name, params)
+
+
+async def get_job(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> Row | None:
+    """Read one job (of ``org_id``, or of any org), or None."""
+    with db_errors(f"read of job {job_id}"):
+        rows = await run_for_org(conn, org_id, "ui_job_get", {"id": job_id, "org_id": org_id})
+    return rows[0] if rows else None
+
+
+async def job_events(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> list[JobEvent]:
+    """Read a job's history, oldest first."""
+    with db_errors(f"read of the history of job {job_id}"):
+        rows = await run_for_org(conn, org_id, "ui_job_events", {"id": job_id, "org_id": org_id})
+    return [JobEvent.from_row({**r, "job_id": job_id}) for r in rows]
+
+
+async def open_counts_for_org(conn: AsyncConn, org_id: str) -> dict[str, dict[str, int]]:
+    """Count one org's open jobs: queue -> state -> jobs."""
+    with db_errors(f"counts of the jobs of org {org_id!r}"):
+        rows = await run_for_org(conn, org_id, "ui_open_counts_org", {"org_id": org_id})
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        counts.setdefault(r["queue"], {})[r["status"]] = int(r["jobs"])
+    return counts
+
+
+async def throughput(
+    conn: AsyncConn, org_id: str | None, *, minutes: int = 60, now: datetime | None = None
+) -> list[Row]:
+    """Count finished jobs per queue and minute (``minutes_ago``) over the last ``minutes``."""
+    params = {"org_id": org_id, "minutes": minutes, "now": now}
+    with db_errors("throughput of the last hour"):
+        return await run_for_org(conn, org_id, "ui_throughput", params)
+
+
+async def pickup_lag(
+    conn: AsyncConn, org_id: str | None, *, now: datetime | None = None
+) -> dict[str, float | None]:
+    """Return, per queue, how long its longest-waiting next job has been due (None: none)."""
+    with db_errors("pickup lag by queue"):
+        rows = await run_for_org(conn, org_id, "ui_pickup_lag", {"org_id": org_id, "now": now})
+    return {
+        r["queue"]: (max(float(r["lag_s"]), 0.0) if r["lag_s"] is not None else None) for r in rows
+    }
+
+
+async def workers(conn: AsyncConn) -> list[Row]:
+    """List the registered daemons with the jobs each holds."""
+    with db_errors("listing of the daemons"):
+        return await run_for_org(conn, None, "ui_workers", {})
+
+
+async def recent_failures(conn: AsyncConn, org_id: str | None, *, limit: int = 10) -> list[Row]:
+    """List the latest failed jobs, newest first."""
+    with db_errors("listing of recent failures"):
+        return await run_for_org(
+            conn, org_id, "ui_recent_failures", {"org_id": org_id, "limit": limit}
+        )
+
+
+async def note_event(
+    conn: AsyncConn, job_id: uuid.UUID, *, actor: str, reason: str, org_id: str | None
+) -> None:
+    """Record in a job's history an action that changed no state (same status both ends)."""
+    params = {"id": job_id, "actor": actor, "reason": reason, "org_id": org_id}
+    with db_errors(f"note on job {job_id}"):
+        await run_for_org(conn, org_id, "job_events_note_ui", params)
