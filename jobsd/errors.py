@@ -21,6 +21,7 @@ __all__ = [
     "QueueExists",
     "QueueFull",
     "QueueNotEmpty",
+    "RetryRefused",
     "TransientConflict",
     "UnknownDependency",
     "UnknownQueue",
@@ -131,3 +132,21 @@ class QueueNotEmpty(JobsdError):
         )
         self.queue = queue
         self.open_jobs = open_jobs
+
+
+class RetryRefused(JobsdError):
+    """A retry was refused: nothing changed. ``why`` is ``not_ended`` (the job is not
+    failed or cancelled), ``at_most_once`` (its type may not run twice; force it) or
+    ``dependency`` (a job it depends on has not succeeded)."""
+
+    def __init__(self, job_id: object, why: str, status: str | None = None) -> None:
+        messages = {
+            "not_ended": f"it is {status}: only a failed or cancelled job can be retried",
+            "at_most_once": "its type is at_most_once, a new run may repeat what the last "
+            "one did: retry with force (--force) if that is safe",
+            "dependency": "a job it depends on has not succeeded: retry that one first",
+        }
+        super().__init__(f"retry of job {job_id} refused: {messages.get(why, why)}")
+        self.job_id = job_id
+        self.why = why
+        self.status = status

@@ -13,6 +13,7 @@ __all__ = [
     "INITIAL_STATES",
     "OPEN_STATES",
     "QUEUE_NAME_PATTERN",
+    "RETRY_TRANSITIONS",
     "TERMINAL_STATES",
     "TRANSITIONS",
     "Job",
@@ -75,6 +76,16 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset(),
     JobStatus.CANCELLED: frozenset(),
+}
+
+# The one way out of a terminal state: an explicit retry (``jobsd retry``,
+# ``Client.retry``, ``POST /jobs/{id}/retry``) puts a failed or cancelled job back in
+# ``queued`` for a new attempt, recorded with reason ``retry``. Only the database
+# function ``jobsd.job_retry`` may make it (migration 0014); the machine above stays
+# as it is: nothing else ever leaves a terminal state.
+RETRY_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
+    JobStatus.CANCELLED: frozenset({JobStatus.QUEUED}),
 }
 
 

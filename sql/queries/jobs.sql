@@ -317,3 +317,24 @@ SET status = %(status)s, reason = %(reason)s,
     dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN NULL ELSE dedup_key END
 WHERE id = %(id)s AND status = 'recovery_required'
 RETURNING *;
+
+-- name: jobs_retry
+-- A new attempt of a failed or cancelled job (migration 0014, jobsd.job_retry): the
+-- outcome says what happened; the caller reads the job back.
+SELECT jobsd.job_retry(%(id)s::uuid, %(actor)s::text, %(force)s::boolean,
+                       %(org_id)s::text) AS outcome;
+
+-- name: jobs_list
+-- Jobs newest first, after a keyset cursor (created_at, id) (the first page passes
+-- ('infinity', 'ffffffff-...')), filtered by org, status, type, queue and creation
+-- time; every filter is optional. One org's list reads jobs_org_created_idx
+-- backwards; the others scan.
+SELECT * FROM jobsd.jobs
+WHERE (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
+  AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
