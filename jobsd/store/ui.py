@@ -8,20 +8,16 @@ is the database's clock.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from jobsd.models import JobEvent, JobStatus
-from jobsd.store.api import Cursor, run_for_org
+from jobsd.models import JobEvent
+from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, db_errors
 from jobsd.store.named import Row
 
 __all__ = [
-    "JobFilter",
     "get_job",
     "job_events",
-    "list_jobs_page",
     "note_event",
     "open_counts_for_org",
     "pickup_lag",
@@ -29,54 +25,6 @@ __all__ = [
     "throughput",
     "workers",
 ]
-
-_LAST_ID = uuid.UUID(int=(1 << 128) - 1)
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """What a jobs list shows: each field None means any."""
-
-    org_id: str | None = None
-    status: JobStatus | None = None
-    type: str | None = None
-    queue: str | None = None
-    since: datetime | None = None
-    """created at or after"""
-    until: datetime | None = None
-    """created before"""
-
-
-async def list_jobs_page(
-    conn: AsyncConn, filters: JobFilter, *, after: Cursor | None, limit: int, scope: str | None
-) -> list[Row]:
-    """List up to ``limit`` jobs, newest first, older than ``after``.
-
-    ``scope`` is the viewer's org (None: an admin, every org); ``filters.org_id`` narrows
-    an admin's list to one org. An org's list never leaves its org.
-    """
-    if scope is not None and filters.org_id not in (None, scope):
-        return []
-    org = scope or filters.org_id
-    before_at: datetime | str = "infinity"
-    before_id = _LAST_ID
-    if after is not None:
-        before_at, before_id = after.created_at, after.id
-    if filters.until is not None and (after is None or filters.until <= after.created_at):
-        before_at, before_id = filters.until, uuid.UUID(int=0)
-    params: dict[str, Any] = {
-        "org_id": org,
-        "before_created_at": before_at,
-        "before_id": before_id,
-        "since": filters.since,
-        "status": str(filters.status) if filters.status else None,
-        "type": filters.type,
-        "queue": filters.queue,
-        "limit": limit,
-    }
-    name = "ui_jobs_list_org" if org is not None else "ui_jobs_list_all"
-    with db_errors(f"listing of jobs for org {org!r}" if org else "listing of jobs"):
-        return await run_for_org(conn, org, name, params)
 
 
 async def get_job(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> Row | None:

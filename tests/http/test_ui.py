@@ -355,3 +355,33 @@ async def test_only_an_admin_pauses_and_resumes_a_queue(db_url: str, token_a: st
         logout = await api.client.post("/ui/logout", data={"csrf": csrf})
         assert logout.status_code == 303
         assert (await api.client.get("/ui")).status_code == 303
+
+
+async def test_retry_gives_a_failed_job_a_new_attempt_recorded_with_the_actor(
+    db_url: str, token_a: str
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        failed = make_job(conn, org_id="acme", status="failed", claim=CLAIM, error="boom")
+        queued = make_job(conn, org_id="acme")
+        theirs = make_job(conn, org_id="globex", status="failed", claim=CLAIM)
+    async with running_api(settings_for(db_url)) as api:
+        csrf = await login(api.client, token_a)
+        page = await api.client.get(f"/ui/jobs/{failed}")
+        assert f"/ui/jobs/{failed}/retry" in page.text
+        assert (await api.client.post(f"/ui/jobs/{failed}/retry")).status_code == 403
+        ok = await api.client.post(f"/ui/jobs/{failed}/retry", data={"csrf": csrf})
+        assert ok.status_code == 303, ok.text
+        last = events(db_url, failed)[-1]
+        assert (last["from_status"], last["to_status"]) == ("failed", "queued")
+        assert last["worker_id"].startswith("ui:acme:")
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            row = job_row(conn, failed)
+        assert row is not None and row["status"] == "queued" and row["attempts"] == 1
+
+        refused = await api.client.post(f"/ui/jobs/{queued}/retry", data={"csrf": csrf})
+        assert refused.status_code == 409 and "only a failed or cancelled job" in refused.text
+        other = await api.client.post(f"/ui/jobs/{theirs}/retry", data={"csrf": csrf})
+        assert other.status_code == 404
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            assert job_row(conn, theirs)["status"] == "failed"  # type: ignore[index]
+            assert_history_complete(conn)

@@ -23,7 +23,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 
 from jobsd.admin.queues import check_queue_name, pause_queue, resume_queue
-from jobsd.errors import BackendUnavailable, DatabaseError, UnknownQueue
+from jobsd.errors import (
+    BackendUnavailable,
+    DatabaseError,
+    JobNotFound,
+    RetryRefused,
+    UnknownQueue,
+)
 from jobsd.http import tokens
 from jobsd.http.backend import ApiBackend
 from jobsd.http.health import build_report
@@ -31,7 +37,7 @@ from jobsd.http.routes import decode_cursor, encode_cursor
 from jobsd.http.ui import views
 from jobsd.http.ui.session import COOKIE_NAME, Session, SessionSigner
 from jobsd.models import JobStatus
-from jobsd.store import queries
+from jobsd.store import jobs_ops, queries
 from jobsd.store import ui as store
 from jobsd.store.db import AsyncConn
 from jobsd.store.tokens import TokenGrant, find_token
@@ -244,7 +250,7 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             return error_page(request, viewer, 400, f"bad filter: {exc}")
         queue = q.get("queue") or None
         org = q.get("org") or None
-        filters = store.JobFilter(
+        filters = views.JobFilter(
             org_id=org,
             status=status,
             type=q.get("type") or None,
@@ -252,27 +258,25 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             since=since,
             until=until,
         )
-        rows = await backend.read(
+        found = await backend.read(
             "job listing",
-            store.list_jobs_page,
+            views.jobs_page,
             filters,
             after=after,
-            limit=PAGE_SIZE + 1,
+            limit=PAGE_SIZE,
             scope=viewer.scope,
         )
-        more = len(rows) > PAGE_SIZE
-        rows = rows[:PAGE_SIZE]
         next_url = None
-        if more:
+        if found.next is not None:
             kept = {k: v for k, v in q.items() if v and k != "cursor"}
-            kept["cursor"] = encode_cursor(rows[-1]["created_at"], rows[-1]["id"])
+            kept["cursor"] = encode_cursor(found.next.created_at, found.next.id)
             next_url = "/ui/jobs?" + urlencode(kept)
         return render(
             request,
             "jobs.html",
             viewer,
             title="Jobs",
-            jobs=rows,
+            jobs=found.jobs,
             filters={k: q.get(k, "") for k in ("status", "type", "queue", "org", "since", "until")},
             next_url=next_url,
             progress_of=views.progress_of,
@@ -308,7 +312,7 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             return error_page(request, viewer, 404, "no such job")
         done = await backend.read(
             f"cancel of job {job_id}",
-            queries.cancel_job,
+            jobs_ops.cancel_job,
             job_id,
             actor=viewer.actor,
             reason="cancelled from the dashboard",
@@ -372,6 +376,29 @@ def ui_router(backend: ApiBackend) -> APIRouter:
         return _back_to_job(job_id, f"resolved: {status}")
 
     router.add_api_route("/jobs/{job_id}/resolve", page(resolve), methods=["POST"])
+
+    async def retry(request: Request, viewer: Viewer) -> Response:
+        job_id = _job_id(request)
+        if job_id is None:
+            return error_page(request, viewer, 404, "no such job")
+        force = request.state.form.get("force") == "yes"
+        try:
+            job = await backend.read(
+                f"retry of job {job_id}",
+                jobs_ops.retry_job,
+                job_id,
+                actor=viewer.actor,
+                force=force,
+                org_id=viewer.scope,
+            )
+        except JobNotFound:
+            return error_page(request, viewer, 404, f"job {job_id} not found")
+        except RetryRefused as exc:
+            return error_page(request, viewer, 409, str(exc))
+        log.info("ui.retry", extra={"job_id": str(job_id), "actor": viewer.actor})
+        return _back_to_job(job_id, f"retried: attempt {job.attempts + 1} is {job.status}")
+
+    router.add_api_route("/jobs/{job_id}/retry", page(retry), methods=["POST"])
 
     # ---- queue actions (admin only) ------------------------------------------------
 

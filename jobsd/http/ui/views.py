@@ -8,14 +8,26 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jobsd.admin.queues import list_queues
-from jobsd.models import OPEN_STATES, JobEvent
+from jobsd.models import OPEN_STATES, JobEvent, JobStatus
+from jobsd.store import jobs_ops
 from jobsd.store import ui as store
+from jobsd.store.api import Cursor
 from jobsd.store.db import AsyncConn
 
-__all__ = ["Bar", "JobView", "QueueRow", "job_view", "progress_of", "queue_rows"]
+__all__ = [
+    "Bar",
+    "JobFilter",
+    "JobView",
+    "QueueRow",
+    "job_view",
+    "jobs_page",
+    "progress_of",
+    "queue_rows",
+]
 
 CHART_MINUTES = 60
 CHART_HEIGHT = 32
@@ -141,3 +153,45 @@ async def job_view(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> Jo
         return None
     events = await store.job_events(conn, job_id, org_id)
     return JobView(row, events, progress_of(row.get("progress")))
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What a jobs list shows: each field None means any."""
+
+    org_id: str | None = None
+    status: JobStatus | None = None
+    type: str | None = None
+    queue: str | None = None
+    since: datetime | None = None
+    """created at or after"""
+    until: datetime | None = None
+    """created before"""
+
+
+_FIRST_ID = uuid.UUID(int=0)
+
+
+async def jobs_page(
+    conn: AsyncConn, filters: JobFilter, *, after: Cursor | None, limit: int, scope: str | None
+) -> jobs_ops.JobPage:
+    """List a page of jobs, newest first, with the shared ``list_jobs``.
+
+    ``scope`` is the viewer's org (None: an admin, every org); ``filters.org_id``
+    narrows an admin's list to one org. An org's list never leaves its org. ``until``
+    is a keyset bound: jobs created before it, ``(created_at, id) < (until, 0)``.
+    """
+    if scope is not None and filters.org_id not in (None, scope):
+        return jobs_ops.JobPage([], None)
+    if filters.until is not None and (after is None or filters.until <= after.created_at):
+        after = Cursor(filters.until, _FIRST_ID)
+    return await jobs_ops.list_jobs(
+        conn,
+        status=filters.status,
+        type=filters.type,
+        queue=filters.queue,
+        org_id=scope or filters.org_id,
+        since=filters.since,
+        after=after,
+        limit=limit,
+    )
