@@ -24,6 +24,7 @@ from jobsd.cli.roles import roles
 from jobsd.cli.run import run
 from jobsd.cli.status import status
 from jobsd.cli.token import token
+from jobsd.cli.top import top
 
 __all__ = ["main"]
 
@@ -50,5 +51,6 @@ for _command in (
     queue,
     roles,
     prune,
+    top,
 ):
     main.add_command(_command)
