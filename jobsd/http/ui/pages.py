@@ -97,6 +97,11 @@ def _span(seconds: float | None) -> str:
     return f"{seconds / 86400:.0f} d"
 
 
+def _short_id(value: object) -> str:
+    """Return the end of a job id: UUIDv7 ids made close together share their start."""
+    return "…" + str(value)[-12:]
+
+
 def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
 
@@ -107,7 +112,7 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(ago=_ago, span=_span, when=_when)
+    env.filters.update(ago=_ago, span=_span, when=_when, short_id=_short_id)
     return env
 
 
