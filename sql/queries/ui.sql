@@ -4,6 +4,12 @@
 -- run as a role that sees every org, docs/ui.md). "now" is a parameter (null: the
 -- database's clock) so tests can pin it.
 
+-- name: ui_no_jit
+-- Transaction-local, before each dashboard read: these are small indexed reads, and a
+-- plan whose estimate crosses jit_above_cost (a subquery per queue over a never-
+-- analyzed jobsd.queues does) would spend 50+ ms compiling for a 1 ms execution.
+SELECT set_config('jit', 'off', true);
+
 -- name: ui_job_get
 -- One job, of one org (org_id set) or of any (null).
 SELECT * FROM jobsd.jobs
@@ -42,7 +48,7 @@ WHERE finished_at IS NOT NULL
 GROUP BY 1, 2;
 
 -- name: ui_pickup_lag
--- Per queue, how long the longest-waiting of its next 1,000 queued jobs (claim
+-- Per queue, how long the longest-waiting of its next 100 queued jobs (claim
 -- order, jobs_claim_v2_idx) has been due: what /health reports, queue by queue.
 SELECT q.name AS queue,
        (SELECT extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(n.run_after))::float8
@@ -50,7 +56,7 @@ SELECT q.name AS queue,
               WHERE j.queue = q.name AND j.status = 'queued'
                 AND (%(org_id)s::text IS NULL OR j.org_id = %(org_id)s::text)
               ORDER BY j.priority, j.created_at, j.id
-              LIMIT 1000) AS n) AS lag_s
+              LIMIT 100) AS n) AS lag_s
 FROM jobsd.queues AS q
 ORDER BY q.name;
 

@@ -385,3 +385,26 @@ async def test_retry_gives_a_failed_job_a_new_attempt_recorded_with_the_actor(
         with psycopg.connect(db_url, autocommit=True) as conn:
             assert job_row(conn, theirs)["status"] == "failed"  # type: ignore[index]
             assert_history_complete(conn)
+
+
+def test_the_dev_feeder_enqueues_every_example_type_until_stopped(db_url: str) -> None:
+    from support.waiting import poll
+
+    from jobsd.dev.demo import ExampleFeeder, dashboard_url
+
+    def types() -> set[str] | None:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            found = {r[0] for r in conn.execute("SELECT DISTINCT type FROM jobsd.jobs")}
+        return found if {"map_reconcile", "import_csv", "always_fails"} <= found else None
+
+    feeder = ExampleFeeder(db_url, interval_s=0.02)
+    feeder.start()
+    try:
+        poll(types, what="the three example types enqueued", timeout_s=20)
+    finally:
+        feeder.stop()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        orgs = conn.execute("SELECT DISTINCT org_id FROM jobsd.jobs").fetchall()
+    assert orgs == [("demo",)]
+    assert dashboard_url("0.0.0.0:9000") == "http://127.0.0.1:9000/ui"
+    assert dashboard_url("[::1]:9000") == "http://[::1]:9000/ui"
