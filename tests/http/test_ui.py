@@ -408,3 +408,45 @@ def test_the_dev_feeder_enqueues_every_example_type_until_stopped(db_url: str) -
     assert orgs == [("demo",)]
     assert dashboard_url("0.0.0.0:9000") == "http://127.0.0.1:9000/ui"
     assert dashboard_url("[::1]:9000") == "http://[::1]:9000/ui"
+
+
+async def test_cross_site_posts_and_oversized_forms_are_refused(db_url: str, token_a: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        queued = make_job(conn, org_id="acme")
+    async with running_api(settings_for(db_url)) as api:
+        evil = {"Origin": "https://evil.example"}
+        refused = await api.client.post("/ui/login", data={"token": token_a}, headers=evil)
+        assert refused.status_code == 403 and COOKIE_NAME not in refused.cookies
+        csrf = await login(api.client, token_a)
+        cross = await api.client.post(
+            f"/ui/jobs/{queued}/cancel", data={"csrf": csrf}, headers=evil
+        )
+        assert cross.status_code == 403
+        big = await api.client.post(
+            f"/ui/jobs/{queued}/cancel", data={"csrf": csrf, "pad": "x" * 5000}
+        )
+        assert big.status_code == 413
+        junk = await api.client.post("/ui/jobs/not-a-uuid/cancel", data={"csrf": csrf})
+        assert junk.status_code == 404
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            assert job_row(conn, queued)["status"] == "queued"  # type: ignore[index]
+        same = await api.client.post(
+            f"/ui/jobs/{queued}/cancel",
+            data={"csrf": csrf},
+            headers={"Origin": "http://api.test"},
+        )
+        assert same.status_code == 303
+
+
+async def test_pages_say_when_the_database_is_unavailable(db_url: str, token_a: str) -> None:
+    secret = "one-key-for-both-processes"
+    async with running_api(settings_for(db_url), http_settings(ui_secret=secret)) as api:
+        await login(api.client, token_a)
+        cookie = api.client.cookies[COOKIE_NAME]
+    down = settings_for("postgresql://nobody@127.0.0.1:1/none")
+    async with running_api(down, http_settings(ready_timeout=0.3, ui_secret=secret)) as api:
+        answer = await api.client.post("/ui/login", data={"token": token_a})
+        assert answer.status_code == 503 and "database is unavailable" in answer.text
+        api.client.cookies.set(COOKIE_NAME, cookie, path="/ui")
+        page = await api.client.get("/ui")  # a valid session; its token cannot be checked
+        assert page.status_code == 503 and "database is unavailable" in page.text

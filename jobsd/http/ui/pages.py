@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Request
@@ -164,6 +164,8 @@ def ui_router(backend: ApiBackend) -> APIRouter:
                         return error_page(request, None, 401, "log in first")
                     return RedirectResponse("/ui/login", status_code=303, headers=_headers())
                 if request.method == "POST":
+                    if not _same_origin(request):
+                        return error_page(request, viewer, 403, "cross-site request refused")
                     form = await _form(request)
                     if form is None:
                         return error_page(request, viewer, 413, "form too large")
@@ -190,6 +192,8 @@ def ui_router(backend: ApiBackend) -> APIRouter:
 
     @router.post("/login")
     async def login(request: Request) -> Response:
+        if not _same_origin(request):  # no one else's page logs a browser in
+            return error_page(request, None, 403, "cross-site request refused")
         form = await _form(request) or {}
         token = form.get("token", "").strip()
         grant = None
@@ -474,6 +478,15 @@ def _headers() -> dict[str, str]:
         "Cache-Control": "no-store",
         "X-Content-Type-Options": "nosniff",
     }
+
+
+def _same_origin(request: Request) -> bool:
+    """Say whether a POST comes from our own pages: an Origin header, when the browser
+    sends one, names this host (a second guard beside SameSite=Strict and CSRF)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 def _job_id(request: Request) -> uuid.UUID | None:
