@@ -18,7 +18,8 @@ __all__ = ["mount_ui"]
 
 def mount_ui(app: FastAPI, backend: ApiBackend) -> None:
     """Add the /ui pages and their static files to ``app``."""
-    from jobsd.http.ui.pages import mount_static, ui_router
+    from jobsd.http.ui.pages import ui_router
+    from jobsd.http.ui.web import mount_static
 
     app.include_router(ui_router(backend))
     mount_static(app)
