@@ -31,13 +31,9 @@ WIDE = 110
 
 
 def _span(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.0f}h"
+    from jobsd.http.ui.views import span
+
+    return span(seconds, compact=True)
 
 
 def _sparkline(row: QueueRow) -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "jobs_page",
     "progress_of",
     "queue_rows",
+    "span",
 ]
 
 CHART_MINUTES = 60
@@ -65,6 +66,24 @@ class QueueRow:
     def full(self) -> bool:
         """Say whether the queue holds its capacity of open jobs (enqueues are refused)."""
         return self.capacity is not None and self.open_jobs >= self.capacity
+
+
+def span(seconds: float | None, *, compact: bool = False) -> str:
+    """Say a duration for people: ``850 ms``, ``42 s``, ``12 min``, ``5 h``, ``3 d``
+    (``compact``: ``42s``, ``12m``, for the terminal); ``-`` for None."""
+    if seconds is None:
+        return "-"
+    gap = "" if compact else " "
+    units = ("s", "min", "h", "d") if not compact else ("s", "m", "h", "d")
+    if seconds < 1 and not compact:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.0f}{gap}{units[0]}"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}{gap}{units[1]}"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}{gap}{units[2]}"
+    return f"{seconds / 86400:.0f}{gap}{units[3]}"
 
 
 def _bars(per_minute: dict[int, tuple[int, int]]) -> list[Bar]:

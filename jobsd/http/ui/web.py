@@ -26,6 +26,7 @@ from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.http import tokens
 from jobsd.http.backend import ApiBackend
 from jobsd.http.ui.session import COOKIE_NAME, Session, SessionSigner
+from jobsd.http.ui.views import span
 from jobsd.models import JobStatus
 from jobsd.store.tokens import TokenGrant, find_token
 
@@ -75,21 +76,7 @@ def _ago(value: datetime | None) -> str:
     if value is None:
         return ""
     seconds = (datetime.now(UTC) - value).total_seconds()
-    return _span(seconds) + " ago" if seconds >= 0 else "in " + _span(-seconds)
-
-
-def _span(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
+    return span(seconds) + " ago" if seconds >= 0 else "in " + span(-seconds)
 
 
 def _short_id(value: object) -> str:
@@ -107,7 +94,7 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(ago=_ago, span=_span, when=_when, short_id=_short_id)
+    env.filters.update(ago=_ago, span=span, when=_when, short_id=_short_id)
     return env
 
 
