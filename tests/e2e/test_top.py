@@ -121,7 +121,7 @@ def make_jobs_for_screen(conn: psycopg.Connection[object]) -> None:
     )
 
 
-def test_top_says_when_the_database_is_unavailable_and_keeps_trying(db_url: str) -> None:
+def test_top_says_when_the_database_is_unavailable_and_keeps_trying() -> None:
     env = make_env(
         "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", JOBSD_ALLOW_INSECURE="1"
     )
