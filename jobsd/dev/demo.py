@@ -8,7 +8,14 @@ import os
 import socket
 import threading
 
-__all__ = ["DEMO_ORG", "ExampleFeeder", "dashboard_addr", "dashboard_token", "dashboard_url"]
+__all__ = [
+    "DEMO_ORG",
+    "ExampleFeeder",
+    "dashboard_addr",
+    "dashboard_token",
+    "dashboard_url",
+    "revoke_dashboard_token",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,19 @@ def dashboard_token(url: str) -> str:
     with connect(url, application_name="jobsd-dev", operation="dashboard token") as conn:
         token, _ = create_token(conn, DEMO_ORG, "jobsd dev dashboard", admin=True)
     return token
+
+
+def revoke_dashboard_token(url: str, token: str) -> None:
+    """Revoke the run's token (best effort: the database may be gone already)."""
+    from jobsd.errors import JobsdError
+    from jobsd.http.tokens import revoke_token
+    from jobsd.store.connect import connect
+
+    try:
+        with connect(url, application_name="jobsd-dev", operation="dashboard token") as conn:
+            revoke_token(conn, token)
+    except JobsdError as exc:
+        log.warning("dev.token_not_revoked", extra={"error": str(exc)})
 
 
 class ExampleFeeder:

@@ -36,7 +36,13 @@ def run_dev(*, slots: int | None = None, examples: bool = True) -> None:
     The daemon serves the API and the dashboard (``JOBSD_HTTP_ADDR``, 127.0.0.1:8080 or
     a free port when unset); with ``examples`` a thread enqueues example jobs now and then.
     """
-    from jobsd.dev.demo import ExampleFeeder, dashboard_addr, dashboard_token, dashboard_url
+    from jobsd.dev.demo import (
+        ExampleFeeder,
+        dashboard_addr,
+        dashboard_token,
+        dashboard_url,
+        revoke_dashboard_token,
+    )
     from jobsd.dev.embedded import EmbeddedPostgres
     from jobsd.http.settings import HttpSettings
     from jobsd.logs import setup_logging
@@ -53,6 +59,7 @@ def run_dev(*, slots: int | None = None, examples: bool = True) -> None:
     addr = dashboard_addr()
     ui = HttpSettings().ui
     feeder: ExampleFeeder | None = None
+    token: str | None = None
     cluster: EmbeddedPostgres | None = None
     url = settings.database_url
     if not url:
@@ -83,6 +90,8 @@ def run_dev(*, slots: int | None = None, examples: bool = True) -> None:
     finally:
         if feeder is not None:
             feeder.stop()
+        if token is not None and cluster is None:  # your database: leave no live token
+            revoke_dashboard_token(url, token)
         if cluster is not None:
             cluster.cleanup()
 
@@ -110,6 +119,6 @@ Stop with Ctrl-C.
 
 def _dashboard(url: str, token: str) -> str:
     return f"""Dashboard: {url}
-    log in with this admin token (org demo; made for this run):
+    log in with this admin token (org demo; revoked when this stops):
     {token}
 """

@@ -450,3 +450,20 @@ async def test_pages_say_when_the_database_is_unavailable(db_url: str, token_a: 
         api.client.cookies.set(COOKIE_NAME, cookie, path="/ui")
         page = await api.client.get("/ui")  # a valid session; its token cannot be checked
         assert page.status_code == 503 and "database is unavailable" in page.text
+
+
+def test_the_dev_token_is_an_admin_token_revoked_at_the_end(db_url: str) -> None:
+    from jobsd.dev.demo import dashboard_token, revoke_dashboard_token
+
+    made = dashboard_token(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT org_id, admin, revoked_at IS NULL FROM jobsd.api_tokens"
+        ).fetchone()
+        assert row == ("demo", True, True)
+        revoke_dashboard_token(db_url, made)
+        assert conn.execute("SELECT revoked_at IS NOT NULL FROM jobsd.api_tokens").fetchone() == (
+            True,
+        )
+    # the database gone first: a warning, no exception
+    revoke_dashboard_token("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", made)
