@@ -82,9 +82,14 @@ class Browser:
         self.page, self.base, self.shots = page, base, shots
         self.console_errors: list[str] = []
         self.expected_failures: set[str] = set()
+        self.confirmations: list[str] = []
         page.on("console", self._console)
         page.on("pageerror", lambda exc: self.console_errors.append(f"page error: {exc}"))
-        page.on("dialog", lambda dialog: dialog.accept())  # every confirmation: yes
+        page.on("dialog", self._confirm)
+
+    async def _confirm(self, dialog: Any) -> None:
+        self.confirmations.append(dialog.message)
+        await dialog.accept()  # every confirmation: yes
 
     def _console(self, message: Any) -> None:
         if message.type != "error":
@@ -296,6 +301,8 @@ async def test_the_dashboard_in_chromium(db_url: str, chromium: Any, shots: Path
         assert row == (True,), "an org's token resumed a queue"
         await org.close()
         await context.close()
+        # each action asked first: cancel, retry, pause, resume
+        assert [m.split()[0] for m in b.confirmations] == ["Cancel", "Retry", "Pause", "Resume"]
         assert b.console_errors == [] and o.console_errors == [], (
             b.console_errors + o.console_errors
         )
