@@ -127,7 +127,7 @@ def render(
     for name in ("worker", "host", "pid", "up", "heartbeat", "held"):
         daemons.add_column(name, justify="right" if name in ("pid", "held") else "left")
     now_ts = data.get("now_ts")
-    for w in data.get("workers", []):
+    for w in data.get("workers") or []:
         up = (now_ts - w["started_at"]).total_seconds() if now_ts else None
         beat = (now_ts - w["last_seen_at"]).total_seconds() if now_ts else None
         daemons.add_row(
@@ -138,7 +138,9 @@ def render(
             _span(beat) + " ago",
             str(w["jobs_held"]),
         )
-    if not data.get("workers"):
+    if data.get("workers") is None and "queues" in data:
+        daemons.add_row("(this role may not read jobsd.workers)", "", "", "", "", "")
+    elif not data.get("workers"):
         daemons.add_row("(no daemon registered)", "", "", "", "", "")
     parts.append(daemons)
     failures = _table("recent failures")

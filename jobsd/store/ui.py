@@ -13,6 +13,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from jobsd.models import JobEvent
 from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, db_errors
@@ -71,10 +73,14 @@ async def pickup_lag(
     }
 
 
-async def workers(conn: AsyncConn) -> list[Row]:
-    """List the registered daemons with the jobs each holds."""
+async def workers(conn: AsyncConn) -> list[Row] | None:
+    """List the registered daemons with the jobs each holds; None when the connection's
+    role may not read ``jobsd.workers`` (the enqueue and read roles)."""
     with db_errors("listing of the daemons"):
-        return await _read(conn, None, "ui_workers", {})
+        try:
+            return await _read(conn, None, "ui_workers", {})
+        except psycopg.errors.InsufficientPrivilege:
+            return None
 
 
 async def recent_failures(conn: AsyncConn, org_id: str | None, *, limit: int = 10) -> list[Row]:

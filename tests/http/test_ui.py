@@ -467,3 +467,44 @@ def test_the_dev_token_is_an_admin_token_revoked_at_the_end(db_url: str) -> None
         )
     # the database gone first: a warning, no exception
     revoke_dashboard_token("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", made)
+
+
+@pytest.fixture
+def roles(db_url: str) -> Any:
+    """The least-privilege roles on the test's database (a unique prefix), dropped after."""
+    from jobsd.admin.roles import RoleNames, create_roles, drop_roles
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    create_roles(db_url, prefix=prefix)
+    try:
+        yield RoleNames.for_prefix(prefix)
+    finally:
+        drop_roles(db_url, prefix=prefix)
+
+
+async def test_the_dashboard_under_the_enqueue_role(db_url: str, token_a: str, roles: Any) -> None:
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        mine = make_job(conn, org_id="acme", type="resize")
+        theirs = make_job(conn, org_id="globex", type="resize")
+        make_job(conn, org_id="acme", status="failed", claim=CLAIM, finished_at=sql.SQL("now()"))
+    enqueue_url = make_conninfo(db_url, user=roles.enqueue)
+    async with running_api(settings_for(enqueue_url)) as api:
+        csrf = await login(api.client, token_a)
+        overview = await api.client.get("/ui")
+        assert overview.status_code == 200
+        assert _cells(_row(overview.text, "default"))[:2] == ["default", "1"]
+        listed = await api.client.get("/ui/jobs", params={"type": "resize"})
+        assert re.findall(r'<tr data-job="([^"]+)">', listed.text) == [str(mine)]
+        assert (await api.client.get(f"/ui/jobs/{theirs}")).status_code == 404
+        done = await api.client.post(f"/ui/jobs/{mine}/cancel", data={"csrf": csrf})
+        assert done.status_code == 303, done.text
+        assert events(db_url, mine)[-1]["worker_id"].startswith("ui:acme:")
+
+        # an admin's every-org view needs a role that sees every org: here it says so
+        api.client.cookies.clear()
+        await login(api.client, admin_token(db_url))
+        page = await api.client.get("/ui")
+        assert page.status_code == 200, page.text
+        assert "may not read jobsd.workers" in page.text
