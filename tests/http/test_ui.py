@@ -469,19 +469,6 @@ def test_the_dev_token_is_an_admin_token_revoked_at_the_end(db_url: str) -> None
     revoke_dashboard_token("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", made)
 
 
-@pytest.fixture
-def roles(db_url: str) -> Any:
-    """The least-privilege roles on the test's database (a unique prefix), dropped after."""
-    from jobsd.admin.roles import RoleNames, create_roles, drop_roles
-
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    create_roles(db_url, prefix=prefix)
-    try:
-        yield RoleNames.for_prefix(prefix)
-    finally:
-        drop_roles(db_url, prefix=prefix)
-
-
 async def test_the_dashboard_under_the_enqueue_role(db_url: str, token_a: str, roles: Any) -> None:
     from psycopg.conninfo import make_conninfo
 
