@@ -202,10 +202,9 @@ async def test_the_dashboard_in_chromium(db_url: str, chromium: Any, shots: Path
         running_daemon(settings, make_registry()) as daemon,
         served_api(settings, http_settings(), daemon=daemon) as (base, _),
     ):
-        client = jobsd.Client(db_url)
-        async with client:
-            slow = await client.enqueue(
-                "import_csv", {"file": "customers.csv", "rows": STEPS}, org_id="acme"
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            slow = make_job(
+                conn, org_id="acme", type="import_csv", payload={"file": "customers.csv"}
             )
         context = await chromium.new_context(viewport={"width": 1280, "height": 800})
         b = Browser(await context.new_page(), base, shots)
@@ -222,7 +221,7 @@ async def test_the_dashboard_in_chromium(db_url: str, chromium: Any, shots: Path
         assert admin not in b.page.url
 
         # the running job's progress bar moves (the page refreshes itself)
-        await b.goto(f"/ui/jobs/{slow.id}")
+        await b.goto(f"/ui/jobs/{slow}")
         bar = b.page.locator("#progress")
         first = await until(lambda: progress_value(bar), lambda v: v > 0)
         moved = await until(lambda: progress_value(bar), lambda v: v > first)
@@ -238,7 +237,7 @@ async def test_the_dashboard_in_chromium(db_url: str, chromium: Any, shots: Path
         await b.shot("overview")
 
         # cancel the running job; the cancel shows in its history with the actor
-        await b.goto(f"/ui/jobs/{slow.id}")
+        await b.goto(f"/ui/jobs/{slow}")
         await b.page.click("form[action$='/cancel'] button")
         await b.page.wait_for_selector("p.flash")
         await b.page.wait_for_selector("h1 .state.cancelled", timeout=15_000)
