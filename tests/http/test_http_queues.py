@@ -3,6 +3,8 @@ every answer, the wake-up of a resume, and the API under the least-privilege rol
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -25,7 +27,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from support.jobs import make_job
 
-from jobsd.admin.roles import RoleNames
+from jobsd.admin.roles import RoleNames, create_roles, drop_roles
 from jobsd.http.openapi import openapi_schema
 from jobsd.http.server import serve
 from jobsd.http.tokens import create_token, revoke_token
@@ -267,6 +269,17 @@ async def test_a_resume_wakes_listening_daemons_with_the_queue_name(
         # within 5 s, or the wait ends empty-handed
         got = [n async for n in listener.notifies(timeout=5.0, stop_after=1)]
         assert [(n.channel, n.payload) for n in got] == [("jobsd", "mail")]
+
+
+@pytest.fixture
+def roles(db_url: str) -> Iterator[RoleNames]:
+    """The least-privilege roles on the test's database (a unique prefix), dropped after."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    create_roles(db_url, prefix=prefix)
+    try:
+        yield RoleNames.for_prefix(prefix)
+    finally:
+        drop_roles(db_url, prefix=prefix)
 
 
 async def test_the_api_administers_queues_under_the_enqueue_role(
