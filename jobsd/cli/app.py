@@ -31,6 +31,7 @@ from jobsd.cli.run import run
 from jobsd.cli.schedule import schedule
 from jobsd.cli.status import status
 from jobsd.cli.token import token
+from jobsd.cli.top import top
 
 __all__ = ["main"]
 
@@ -84,5 +85,6 @@ for _command in (
     schedule,
     roles,
     prune,
+    top,
 ):
     main.add_command(_command)

@@ -84,6 +84,10 @@ def create_app(
     app.include_router(schedules_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(health_router(backend))
     app.include_router(metrics_router(backend, registry))
+    if backend.http.ui:
+        from jobsd.http.ui import mount_ui
+
+        mount_ui(app, backend)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=backend.body_limit)
     app.add_middleware(ProbeGuard, token=backend.http.probe_token)
     app.add_middleware(RequestMetrics, counter=request_counter(registry))

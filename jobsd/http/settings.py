@@ -113,6 +113,16 @@ class HttpSettings(BaseSettings):
     health_notify_queue_warn: float = Field(default=0.5, ge=0, le=1)
     """The health report warns when the NOTIFY queue is fuller than this share."""
 
+    ui: bool = True
+    """Serve the dashboard at ``/ui`` (``JOBSD_UI=false`` turns it off: 404)."""
+
+    ui_secret: str | None = Field(default=None, min_length=16)
+    """Key that signs dashboard sessions; unset, a random key per process (sessions end
+    when it restarts). Set the same value on every API process behind one address."""
+
+    ui_session_ttl: Duration = 8 * 3600.0
+    """How long a dashboard login lasts."""
+
     @field_validator("http_addr")
     @classmethod
     def _valid_addr(cls, value: str | None) -> str | None:

@@ -52,8 +52,9 @@ def history_problems(
         for event in chain[1:]:
             before, after = event["from_status"], event["to_status"]
             if before == after:
-                # a note, not a transition: a discarded result (fencing evidence)
-                if not str(event.get("reason") or "").startswith("result discarded"):
+                # a note, not a transition: a discarded result (fencing evidence), or
+                # a cancel request from the dashboard
+                if not _is_note(event):
                     problems.append(f"{job_id}: {before!r} -> itself without a discard note")
                 continue
             if _is_retry(event):
@@ -88,9 +89,10 @@ def history_problems(
 
 
 def _is_note(event: Mapping[str, Any]) -> bool:
-    """Tell a fencing note (from = to, a discarded result) from a transition."""
+    """Tell a note (from = to: a discarded result, a dashboard's cancel request) from a
+    transition."""
     return event["from_status"] == event["to_status"] and str(event.get("reason") or "").startswith(
-        "result discarded"
+        ("result discarded", "cancel requested")
     )
 
 
