@@ -18,22 +18,27 @@ daemon down with it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 import anyio
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
-from jobsd.context import JobContext
-from jobsd.errors import InvalidPayload
+from jobsd.context import JobContext, ProgressTooLarge
+from jobsd.errors import ConfigError, InvalidPayload, PayloadTooLarge
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
-from jobsd.registry import HandlerSpec, Registry
+from jobsd.registry import HandlerSpec, Isolation, Registry
+from jobsd.worker.children import Answer, ChildPool, ChildSettings
 from jobsd.worker.clock import Clock
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.stats import DaemonStats
@@ -42,6 +47,7 @@ __all__ = [
     "ERROR_MAX_BYTES",
     "JobRunner",
     "Outcome",
+    "RunLimits",
     "RunnerSettings",
     "cap_error",
     "failure",
@@ -83,7 +89,7 @@ def failure(error: str, *, reason: str, detail: dict[str, Any] | None = None) ->
     return Outcome(status="failed", report_json=report, error=cap_error(error), reason=reason)
 
 
-def make_context(job: Job) -> JobContext:
+def make_context(job: Job, max_progress_bytes: int | None = None) -> JobContext:
     """Build the handler's view of a claimed job."""
     checkpoint = {k: v for k, v in (job.progress or {}).items() if k != "updated_at"}
     return JobContext(
@@ -96,27 +102,118 @@ def make_context(job: Job) -> JobContext:
         checkpoint=checkpoint,
         priority=job.priority,
         concurrency_key=job.concurrency_key,
+        max_progress_bytes=max_progress_bytes,
     )
 
 
-async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Outcome:
-    """Run the handler of ``job`` and return its outcome; cancellation propagates."""
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """What bounds one run: the daemon's defaults for types that do not say."""
+
+    isolation: Isolation = "none"
+    stall_after_s: float | None = None
+    max_report_bytes: int | None = None
+
+
+@dataclass(slots=True)
+class _Watch:
+    """Why the watchdog of a run ended it, if it did."""
+
+    ended: str | None = None
+    """``timeout`` or ``stalled``"""
+    limit_s: float = 0.0
+
+
+def stall_check_s(stall_after_s: float) -> float:
+    """Return how often a run's progress is checked: a quarter of ``stall_after``, at
+    most 1 s. A stalled run ends within ``stall_after`` plus this."""
+    return min(1.0, stall_after_s / 4)
+
+
+async def _watchdog(
+    ctx: JobContext,
+    scope: anyio.CancelScope,
+    watch: _Watch,
+    timeout_s: float | None,
+    stall_after_s: float | None,
+) -> None:
+    """Cancel ``scope`` at the timeout, or once ``ctx`` made no progress for
+    ``stall_after_s``; record which in ``watch``."""
+    start = time.monotonic()
+    while True:
+        now = time.monotonic()
+        wake = float("inf")
+        if timeout_s is not None:
+            if now - start >= timeout_s:
+                watch.ended, watch.limit_s = "timeout", timeout_s
+                scope.cancel()
+                return
+            wake = start + timeout_s
+        if stall_after_s is not None:
+            if now - ctx.last_activity >= stall_after_s:
+                watch.ended, watch.limit_s = "stalled", stall_after_s
+                scope.cancel()
+                return
+            wake = min(wake, now + stall_check_s(stall_after_s))
+        await anyio.sleep(max(wake - now, 0.0))
+
+
+def handler_ref(spec: HandlerSpec) -> str | None:
+    """Return ``module:qualname`` of a handler a child process can import, else None."""
+    func = spec.func
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
+    if not module or module == "__main__" or "<locals>" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+async def run_handler(
+    job: Job,
+    spec: HandlerSpec | None,
+    ctx: JobContext,
+    limits: RunLimits | None = None,
+    children: ChildPool | None = None,
+) -> Outcome:
+    """Run the handler of ``job`` and return its outcome; cancellation propagates.
+
+    A timeout or a stall cancels the handler. An async handler stops; an isolated one
+    has its child killed; a sync one in the daemon cannot be stopped: its thread is
+    abandoned and its job becomes ``recovery_required`` (the outcome is unknown).
+    """
     if spec is None:
         return failure(f"unknown type {job.type!r}: no handler registered", reason="unknown type")
+    limits = limits or RunLimits()
+    isolated = (spec.isolation or limits.isolation) == "process"
+    stall_after_s = spec.stall_after_s if spec.stall_after_s is not None else limits.stall_after_s
+    watch = _Watch()
+    thread = _ThreadBox()
+    raised: BaseException | None = None
+    answer: Any = None
     try:
-        if spec.timeout_s is None:
-            result = await _call(spec, ctx)
-        else:
-            # move_on_after, not fail_after: a TimeoutError raised by the handler's own
-            # I/O is a handler error, only our deadline is a timeout
-            with anyio.move_on_after(spec.timeout_s) as deadline:
-                result = await _call(spec, ctx)
-            if deadline.cancelled_caught:
-                outcome = failure(f"timeout after {spec.timeout_s:g} s", reason="timeout")
-                return _maybe_retry(job, spec, TimeoutError(), outcome)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                if spec.timeout_s is not None or stall_after_s is not None:
+                    tg.start_soon(_watchdog, ctx, scope, watch, spec.timeout_s, stall_after_s)
+                try:
+                    if isolated:
+                        answer = await _call_isolated(spec, ctx, children)
+                    else:
+                        answer = await _call(spec, ctx, thread)
+                except (Exception, SystemExit) as exc:
+                    # raised outside the task group, or it would come as a group
+                    raised = exc
+                tg.cancel_scope.cancel()
+        if raised is not None:
+            raise raised
+        if watch.ended is not None and scope.cancelled_caught:
+            return _ended_by_watch(job, spec, ctx, watch, thread, isolated)
     except anyio.get_cancelled_exc_class():
         raise
+    except ProgressTooLarge:
+        return failure(ctx.progress_too_large or "progress too large", reason="progress too large")
     except (Exception, SystemExit) as exc:
+        if ctx.progress_too_large is not None:
+            return failure(ctx.progress_too_large, reason="progress too large")
         log.info(
             "job.handler_failed",
             extra={"job_id": str(job.id), "type": job.type, "error": repr(exc)},
@@ -130,19 +227,104 @@ async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Ou
             },
         )
         return _maybe_retry(job, spec, exc, outcome)
-    if result is None:
+    if ctx.progress_too_large is not None:
+        return failure(ctx.progress_too_large, reason="progress too large")
+    if isinstance(answer, Answer):
+        return _isolated_outcome(job, spec, answer, limits)
+    if answer is None:
         return Outcome(status="succeeded")
     try:
-        report = encode_object(result, what="handler result", max_bytes=None)
+        report = encode_object(answer, what="handler result", max_bytes=limits.max_report_bytes)
+    except PayloadTooLarge as exc:
+        return failure(f"report too large: {exc}", reason="report too large")
     except InvalidPayload as exc:
         return failure(str(exc), reason="invalid report")
     return Outcome(status="succeeded", report_json=report)
 
 
+def _ended_by_watch(
+    job: Job,
+    spec: HandlerSpec,
+    ctx: JobContext,
+    watch: _Watch,
+    thread: _ThreadBox,
+    isolated: bool,
+) -> Outcome:
+    ctx.mark_cancelled()  # a sync handler that checks ctx.cancelled may still stop
+    what = (
+        f"timeout after {watch.limit_s:g} s"
+        if watch.ended == "timeout"
+        else f"stalled: no progress for {watch.limit_s:g} s"
+    )
+    reason = watch.ended or "timeout"
+    if not isolated and thread.alive:
+        # the thread cannot be stopped: whether its work happens is unknown, and the
+        # job must not run again while it may still be running
+        log.warning("job.thread_abandoned", extra={"job_id": str(job.id), "why": reason})
+        outcome = failure(
+            f"{what}; the handler's thread could not be stopped: outcome unknown",
+            reason=reason,
+        )
+        return replace(outcome, status="recovery_required")
+    outcome = failure(what, reason=reason)
+    if spec.delivery == "at_most_once":
+        # stopped mid-run: its outcome is unknown, never re-run; a recover hook decides
+        return replace(outcome, status="recovery_required") if spec.recover else outcome
+    return _maybe_retry(job, spec, TimeoutError(what), outcome)
+
+
+def _isolated_outcome(job: Job, spec: HandlerSpec, answer: Answer, limits: RunLimits) -> Outcome:
+    match answer.kind:
+        case "result":
+            if answer.report is None:
+                return Outcome(status="succeeded")
+            try:
+                report = encode_object(
+                    answer.report, what="handler result", max_bytes=limits.max_report_bytes
+                )
+            except PayloadTooLarge as exc:
+                return failure(f"report too large: {exc}", reason="report too large")
+            return Outcome(status="succeeded", report_json=report)
+        case "error":
+            detail = dict(answer.detail or {})
+            mro = detail.pop("mro", [])
+            outcome = failure(answer.message, reason="handler error", detail=detail)
+            return _maybe_retry(job, spec, _RemoteError(mro), outcome)
+        case "invalid":
+            return failure(answer.message, reason="invalid report")
+        case "too_large":
+            return failure(answer.message, reason="report too large")
+        case "progress_too_large":
+            return failure(answer.message, reason="progress too large")
+        case "crashed":
+            log.warning("job.child_lost", extra={"job_id": str(job.id), "how": answer.message})
+            outcome = failure(answer.message, reason="handler crashed", detail=answer.detail)
+            if spec.delivery == "at_most_once" and spec.recover is not None:
+                return replace(outcome, status="recovery_required")
+            return outcome
+        case _:
+            assert_never(answer.kind)
+
+
+class _RemoteError(Exception):
+    """An exception raised in a child, for the retry policy: matched by the names of its
+    type and base types."""
+
+    def __init__(self, mro: list[str]) -> None:
+        super().__init__(mro[0] if mro else "")
+        self.mro = mro
+
+
 def _maybe_retry(job: Job, spec: HandlerSpec, exc: BaseException, failed: Outcome) -> Outcome:
     """Turn a failure into a scheduled retry when the type's policy says so."""
     policy = spec.retry
-    if policy is None or not policy.matches(exc) or job.attempts >= spec.max_attempts:
+    if isinstance(exc, _RemoteError):
+        matched = policy is not None and any(
+            f"{t.__module__}.{t.__qualname__}" in exc.mro for t in policy.retry_on
+        )
+    else:
+        matched = policy is not None and policy.matches(exc)
+    if policy is None or not matched or job.attempts >= spec.max_attempts:
         return failed
     delay_s = policy.delay_s(job.attempts)
     log.info(
@@ -152,19 +334,71 @@ def _maybe_retry(job: Job, spec: HandlerSpec, exc: BaseException, failed: Outcom
     return replace(failed, status="scheduled", reason="retry", delay_s=delay_s)
 
 
-async def _call(spec: HandlerSpec, ctx: JobContext) -> Any:
+@dataclass(slots=True)
+class _ThreadBox:
+    """The thread of a sync handler run in the daemon, if any."""
+
+    thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+async def _call(spec: HandlerSpec, ctx: JobContext, box: _ThreadBox) -> Any:
     if spec.is_async:
         return await spec.func(ctx)
-    # A sync handler cannot be interrupted: on cancellation its thread is abandoned.
-    return await anyio.to_thread.run_sync(spec.func, ctx, abandon_on_cancel=True)
+    # A sync handler cannot be interrupted: on cancellation its thread is abandoned. It
+    # is a daemon thread of its own, not one of AnyIO's: an abandoned AnyIO worker
+    # thread would keep the process from exiting at shutdown.
+    done = anyio.Event()
+    token = anyio.lowlevel.current_token()
+    result: list[Any] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(spec.func(ctx))
+        except BaseException as exc:  # handed to the event loop, raised there
+            error.append(exc)
+        finally:
+            # RuntimeError: the loop is gone, nobody waits any more
+            with contextlib.suppress(RuntimeError):
+                anyio.from_thread.run_sync(done.set, token=token)
+
+    box.thread = threading.Thread(target=target, name=f"job {ctx.id}", daemon=True)
+    box.thread.start()
+    await done.wait()
+    if error:
+        raise error[0]
+    return result[0]
+
+
+async def _call_isolated(spec: HandlerSpec, ctx: JobContext, children: ChildPool | None) -> Any:
+    ref = handler_ref(spec)
+    if ref is None:
+        raise ConfigError(
+            f"handler of {spec.type!r} cannot run in a child process: "
+            "isolation='process' needs a module-level function"
+        )
+    if children is None:
+        raise ConfigError(f"handler of {spec.type!r} is isolated but no child pool runs")
+    return await children.run(ref, ctx)
 
 
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
-    """How long running handlers may take to finish once the daemon stops claiming."""
+    """How long running handlers may take to finish once the daemon stops claiming, and
+    the limits of each run."""
 
     grace_s: float
     """``JOBSD_DRAIN_TIMEOUT``"""
+    limits: RunLimits = RunLimits()
+    kill_grace_s: float = 2.0
+    """``JOBSD_KILL_GRACE``: an isolated child's time between SIGTERM and SIGKILL"""
+    max_progress_bytes: int | None = None
+    """``JOBSD_MAX_PROGRESS_BYTES``"""
+    slots: int = 10
 
 
 class JobRunner:
@@ -185,30 +419,45 @@ class JobRunner:
         self.holdings = holdings
         self.stats = stats
         self.submit = submit
+        self.children = ChildPool(
+            ChildSettings(
+                kill_grace_s=cfg.kill_grace_s,
+                max_line_bytes=max(
+                    cfg.limits.max_report_bytes or 1 << 20, cfg.max_progress_bytes or 1 << 20
+                )
+                + 65536,
+                max_idle=cfg.slots,
+            )
+        )
         self._tg: TaskGroup | None = None
         self._closing = anyio.Event()
 
     def start(self, job: Job) -> None:
         """Hold a claimed job and run it in a task of its own; ``run`` must be running."""
         assert self._tg is not None, "JobRunner.start before run"
-        held = self.holdings.add(job, make_context(job))
+        held = self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes))
         self._tg.start_soon(self._execute, held, name=f"job {job.id}")
 
     async def run_once(self, job: Job) -> Outcome:
         """Hold a claimed job, run it here and submit its outcome; return that outcome."""
-        return await self._execute(self.holdings.add(job, make_context(job)))
+        held = self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes))
+        return await self._execute(held)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Host the handler tasks; after ``close`` wait up to ``grace_s`` for them, cancel
         the rest and return."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
-            await self._closing.wait()
-            with anyio.move_on_after(self.cfg.grace_s):
-                await self.holdings.wait_idle()
-            tg.cancel_scope.cancel()
-        self._tg = None
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await self._closing.wait()
+                with anyio.move_on_after(self.cfg.grace_s):
+                    await self.holdings.wait_idle()
+                tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            with anyio.CancelScope(shield=True):
+                await self.children.aclose()
 
     def close(self) -> None:
         """Start no more jobs: ``run`` gives the running ones ``grace_s``, then cancels them."""
@@ -224,7 +473,9 @@ class JobRunner:
         outcome: Outcome | None = None
         try:
             with held.scope:
-                outcome = await run_handler(job, self.registry.get(job.type), held.ctx)
+                outcome = await run_handler(
+                    job, self.registry.get(job.type), held.ctx, self.cfg.limits, self.children
+                )
         except anyio.get_cancelled_exc_class():
             # shutdown past the grace time: write the job back, then let go
             self.holdings.release_slot(held)
@@ -233,14 +484,31 @@ class JobRunner:
         self.holdings.release_slot(held)
         self.stats.run_s.observe(job.type, self.clock.monotonic() - held.started_monotonic)
         if outcome is None and held.cancel_requested and not held.lost:
-            outcome = Outcome(status="cancelled", reason="cancel requested")
+            outcome = self._cancelled(job)
         if outcome is None:  # our scope was cancelled: the lease is gone
             outcome = failure("lease lost", reason="lease lost")
         self.submit(held, outcome)
         return outcome
 
+    def _cancelled(self, job: Job) -> Outcome:
+        spec = self.registry.get(job.type)
+        if spec is not None and spec.delivery == "at_most_once" and spec.recover is not None:
+            # stopped mid-run: whether the work happened is for the recover hook to say
+            return Outcome(
+                status="recovery_required",
+                reason="cancel requested",
+                error="cancelled while running: outcome unknown",
+            )
+        return Outcome(status="cancelled", reason="cancel requested")
+
     def _interrupted(self, job: Job) -> Outcome:
         spec = self.registry.get(job.type)
+        if spec is not None and spec.delivery == "at_most_once" and spec.recover is not None:
+            return Outcome(
+                status="recovery_required",
+                reason="shutdown",
+                error="interrupted: the daemon shut down before the job finished",
+            )
         # an interrupted run's outcome is unknown: only at_least_once may run it again
         if (
             spec is not None

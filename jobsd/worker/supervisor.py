@@ -33,7 +33,7 @@ from jobsd.worker import sdnotify
 from jobsd.worker.claimer import Claimer, ClaimerSettings
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
-from jobsd.worker.executor import JobRunner, RunnerSettings
+from jobsd.worker.executor import JobRunner, RunLimits, RunnerSettings
 from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.hooks import FailHooks, HooksSettings
@@ -98,7 +98,17 @@ class Daemon:
             self.hooks.submit,
         )
         self.runner = JobRunner(
-            RunnerSettings(grace_s=settings.drain_timeout),
+            RunnerSettings(
+                grace_s=settings.drain_timeout,
+                limits=RunLimits(
+                    isolation=settings.isolation,
+                    stall_after_s=settings.stall_after,
+                    max_report_bytes=settings.max_report_bytes,
+                ),
+                kill_grace_s=settings.kill_grace,
+                max_progress_bytes=settings.max_progress_bytes,
+                slots=settings.slots,
+            ),
             clock,
             self.registry,
             self.holdings,
