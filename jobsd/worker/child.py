@@ -130,6 +130,7 @@ def main(argv: list[str]) -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints of handlers go to stderr, not into the protocol
     channel = _Channel(out)
+    channel.send({"op": "ready", "pid": os.getpid()})
     for line in sys.stdin.buffer:
         if line.strip():
             _run(channel, json.loads(line))

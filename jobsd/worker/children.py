@@ -28,9 +28,12 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from jobsd.context import JobContext, ProgressTooLarge
 
-__all__ = ["Answer", "ChildPool", "ChildSettings", "describe_exit"]
+__all__ = ["Answer", "Child", "ChildPool", "ChildSettings", "describe_exit"]
 
 log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 60.0
+"""how long a new child may take to import jobsd and say it is ready"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,9 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-class _Child:
+class Child:
+    """One child process and the reader of its answers."""
+
     def __init__(self, process: Process, max_line_bytes: int) -> None:
         self.process = process
         assert process.stdout is not None and process.stdin is not None
@@ -85,17 +90,32 @@ class ChildPool:
 
     def __init__(self, cfg: ChildSettings) -> None:
         self.cfg = cfg
-        self._idle: list[_Child] = []
+        self._idle: list[Child] = []
         self._closed = False
         self.started = 0
         """children started so far (a crashed or killed child is replaced)"""
         self.pids: set[int] = set()
         """children alive now"""
 
-    async def run(self, func_ref: str, ctx: JobContext) -> Answer:
-        """Run ``func_ref`` (``module:qualname``) for ``ctx`` in a child; return how it
-        ended. Cancellation kills the child, then propagates."""
-        child = self._idle.pop() if self._idle else await self._spawn()
+    async def warm(self, count: int) -> None:
+        """Start ``count`` idle children now, together (at daemon start: a first run
+        should not wait for a child to import jobsd)."""
+
+        async def one() -> None:
+            child = await self._spawn()
+            self._idle.append(child)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(count, self.cfg.max_idle) - len(self._idle)):
+                tg.start_soon(one)
+
+    async def acquire(self) -> Child:
+        """Take an idle child, or start one (a run's timeout starts after this)."""
+        return self._idle.pop() if self._idle else await self._spawn()
+
+    async def run(self, child: Child, func_ref: str, ctx: JobContext) -> Answer:
+        """Run ``func_ref`` (``module:qualname``) for ``ctx`` in ``child`` (from
+        ``acquire``); return how it ended. Cancellation kills the child, then propagates."""
         request = {
             "func": func_ref,
             "ctx": {
@@ -122,7 +142,7 @@ class ChildPool:
             else:
                 await self._stop(child)
 
-    async def _exchange(self, child: _Child, request: dict[str, Any], ctx: JobContext) -> Answer:
+    async def _exchange(self, child: Child, request: dict[str, Any], ctx: JobContext) -> Answer:
         assert child.process.stdin is not None
         try:
             await child.process.stdin.send(json.dumps(request).encode() + b"\n")
@@ -154,10 +174,14 @@ class ChildPool:
                     return Answer(
                         "error",
                         message=message["message"],
-                        detail={"type": message["type"], "traceback": message["traceback"]},
+                        detail={
+                            "type": message["type"],
+                            "traceback": message["traceback"],
+                            "mro": message.get("mro", []),
+                        },
                     )
 
-    async def _crashed(self, child: _Child) -> Answer:
+    async def _crashed(self, child: Child) -> Answer:
         with anyio.move_on_after(self.cfg.kill_grace_s):
             await child.process.wait()
         how = describe_exit(child.process.returncode)
@@ -168,7 +192,7 @@ class ChildPool:
             detail={"pid": child.pid, "returncode": child.process.returncode},
         )
 
-    async def _spawn(self) -> _Child:
+    async def _spawn(self) -> Child:
         env = dict(os.environ)
         # the child imports the handler's module: give it the daemon's import path
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -181,10 +205,20 @@ class ChildPool:
         )
         self.started += 1
         self.pids.add(process.pid)
+        child = Child(process, self.cfg.max_line_bytes)
+        try:
+            # a run's limits start once the child has imported jobsd, not before
+            with anyio.fail_after(STARTUP_TIMEOUT_S):
+                line = await child.reader.receive_until(b"\n", child.max_line_bytes)
+            if json.loads(line).get("op") != "ready":
+                raise ValueError(f"unexpected first message {line[:200]!r}")
+        except BaseException:
+            await self._stop(child)
+            raise
         log.debug("child.started", extra={"child_pid": process.pid})
-        return _Child(process, self.cfg.max_line_bytes)
+        return child
 
-    async def _stop(self, child: _Child) -> None:
+    async def _stop(self, child: Child) -> None:
         """End a child: close its stdin, SIGTERM, then SIGKILL after the grace."""
         with anyio.CancelScope(shield=True):
             process = child.process
@@ -200,6 +234,10 @@ class ChildPool:
                     await process.wait()
             await process.aclose()
             self.pids.discard(child.pid)
+
+    async def release(self, child: Child) -> None:
+        """Stop a child acquired for a run that never started."""
+        await self._stop(child)
 
     async def aclose(self) -> None:
         """Stop every idle child; running ones are stopped by their cancelled runs."""

@@ -38,7 +38,7 @@ from jobsd.errors import ConfigError, InvalidPayload, PayloadTooLarge
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
 from jobsd.registry import HandlerSpec, Isolation, Registry
-from jobsd.worker.children import Answer, ChildPool, ChildSettings
+from jobsd.worker.children import Answer, Child, ChildPool, ChildSettings
 from jobsd.worker.clock import Clock
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.stats import DaemonStats
@@ -58,6 +58,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ERROR_MAX_BYTES = 2048
+WARM_CHILDREN = 2
+"""children started before the first claim when some type is isolated"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +191,21 @@ async def run_handler(
     thread = _ThreadBox()
     raised: BaseException | None = None
     answer: Any = None
+    child = await _child_for(spec, children) if isolated else None
+    ctx.last_activity = time.monotonic()  # limits count from here, not the child's start
     try:
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
                 if spec.timeout_s is not None or stall_after_s is not None:
                     tg.start_soon(_watchdog, ctx, scope, watch, spec.timeout_s, stall_after_s)
                 try:
-                    if isolated:
-                        answer = await _call_isolated(spec, ctx, children)
+                    if child is not None and children is not None:
+                        answer = await children.run(child, _ref(spec), ctx)
+                    elif isolated:
+                        raise ConfigError(
+                            f"handler of {spec.type!r} cannot run in a child process: "
+                            "isolation='process' needs a module-level function"
+                        )
                     else:
                         answer = await _call(spec, ctx, thread)
                 except (Exception, SystemExit) as exc:
@@ -374,16 +383,18 @@ async def _call(spec: HandlerSpec, ctx: JobContext, box: _ThreadBox) -> Any:
     return result[0]
 
 
-async def _call_isolated(spec: HandlerSpec, ctx: JobContext, children: ChildPool | None) -> Any:
+def _ref(spec: HandlerSpec) -> str:
     ref = handler_ref(spec)
-    if ref is None:
-        raise ConfigError(
-            f"handler of {spec.type!r} cannot run in a child process: "
-            "isolation='process' needs a module-level function"
-        )
-    if children is None:
-        raise ConfigError(f"handler of {spec.type!r} is isolated but no child pool runs")
-    return await children.run(ref, ctx)
+    assert ref is not None, "checked by _child_for"
+    return ref
+
+
+async def _child_for(spec: HandlerSpec, children: ChildPool | None) -> Child | None:
+    """Take a child for an isolated run; None when the handler cannot run in one (the
+    run then fails with a ConfigError naming why)."""
+    if children is None or handler_ref(spec) is None:
+        return None
+    return await children.acquire()
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +458,9 @@ class JobRunner:
         """Host the handler tasks; after ``close`` wait up to ``grace_s`` for them, cancel
         the rest and return."""
         try:
+            if self._uses_children():
+                with anyio.move_on_after(60):
+                    await self.children.warm(min(self.cfg.slots, WARM_CHILDREN))
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 task_status.started()
@@ -458,6 +472,13 @@ class JobRunner:
             self._tg = None
             with anyio.CancelScope(shield=True):
                 await self.children.aclose()
+
+    def _uses_children(self) -> bool:
+        for name in self.registry.types():
+            spec = self.registry.get(name)
+            if spec is not None and (spec.isolation or self.cfg.limits.isolation) == "process":
+                return True
+        return False
 
     def close(self) -> None:
         """Start no more jobs: ``run`` gives the running ones ``grace_s``, then cancels them."""

@@ -1,0 +1,111 @@
+"""Handlers in child processes (issue 11): crashes fail their job alone, timeouts kill the
+child, results, progress and errors cross the process boundary."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from support.history import assert_history_complete_async
+
+import jobsd
+
+from .conftest import ADb, make_settings, running_daemon, wait_status
+from .isolated_handlers import REGISTRY
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+ENDED = ("succeeded", "failed", "scheduled", "recovery_required")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def _end(db: ADb, job: jobsd.Job) -> dict[str, Any]:
+    return await wait_status(db, job.id, *ENDED, timeout_s=30)
+
+
+async def test_a_segfaulting_child_fails_its_job_alone_while_siblings_succeed(
+    db_url: str, db: ADb, client: jobsd.Client
+) -> None:
+    async with running_daemon(make_settings(db_url, slots=4), REGISTRY) as daemon:
+        crash = await client.enqueue("iso_segv", {}, org_id="acme")
+        siblings = [await client.enqueue("iso_work", {"n": n}, org_id="acme") for n in range(3)]
+        crashed = await _end(db, crash)
+        rows = [await _end(db, job) for job in siblings]
+        exited = await client.enqueue("iso_exit", {}, org_id="acme")
+        exit_row = await _end(db, exited)
+        after = await _end(db, await client.enqueue("iso_sync", {}, org_id="acme"))
+        assert not daemon.stopping
+
+    assert (crashed["status"], crashed["reason"]) == ("failed", "handler crashed")
+    assert crashed["error"] == "handler process killed by signal SIGSEGV (11)"
+    assert crashed["report"]["error"]["returncode"] == -11
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    assert sorted(r["report"]["doubled"] for r in rows) == [0, 2, 4]
+    assert all(r["progress"]["done"] == 2 and r["progress"]["total"] == 2 for r in rows)
+    assert all(r["report"]["pid"] != os.getpid() for r in rows), "ran in children"
+    assert (exit_row["status"], exit_row["error"]) == (
+        "failed",
+        "handler process exited with code 3",
+    )
+    assert after["status"] == "succeeded" and after["report"]["attempt"] == 1
+    await assert_history_complete_async(db)
+
+
+async def test_a_timed_out_child_is_killed_and_its_job_fails_with_timeout(
+    db_url: str, db: ADb, client: jobsd.Client
+) -> None:
+    async with running_daemon(make_settings(db_url, kill_grace=0.5), REGISTRY) as daemon:
+        job = await client.enqueue("iso_hang", {}, org_id="acme")
+        row = await _end(db, job)
+        pid = row["progress"]["pid"]
+        alive_after = _alive(pid)
+        assert daemon.runner.children.pids == set() or pid not in daemon.runner.children.pids
+
+    assert (row["status"], row["reason"]) == ("failed", "timeout")
+    assert row["error"] == "timeout after 0.5 s"
+    assert (row["finished_at"] - row["started_at"]).total_seconds() < 3
+    assert not alive_after, "the child was killed before the outcome was written"
+
+
+async def test_errors_cross_the_boundary_and_follow_the_retry_policy(
+    db_url: str, db: ADb, client: jobsd.Client
+) -> None:
+    async with running_daemon(make_settings(db_url), REGISTRY):
+        job = await client.enqueue("iso_raise", {}, org_id="acme")
+        row = await wait_status(db, job.id, "failed", timeout_s=30)
+
+    assert row["attempts"] == 2, "KeyError is a LookupError: retried once"
+    assert row["reason"] == "handler error"
+    assert row["error"] == "KeyError: 'attempt 2'"
+    assert row["report"]["error"]["type"] == "builtins.KeyError"
+    assert "raise KeyError" in row["report"]["error"]["traceback"]
+
+
+async def test_a_report_over_the_cap_fails_the_job_in_and_out_of_process(
+    db_url: str, db: ADb, client: jobsd.Client
+) -> None:
+    @jobsd.handler("big_inline", isolation="none", registry=REGISTRY)
+    async def big_inline(ctx: jobsd.JobContext) -> dict[str, str]:
+        return {"blob": "x" * 5000}
+
+    async with running_daemon(make_settings(db_url, max_report_bytes=4096), REGISTRY):
+        small = await client.enqueue("iso_big", {"size": 100}, org_id="acme")
+        big = await client.enqueue("iso_big", {"size": 5000}, org_id="acme")
+        huge = await client.enqueue("iso_big", {"size": 200_000}, org_id="acme")
+        inline = await client.enqueue("big_inline", {}, org_id="acme")
+        rows = [await _end(db, j) for j in (small, big, huge, inline)]
+
+    assert rows[0]["status"] == "succeeded"
+    for row in rows[1:]:
+        assert (row["status"], row["reason"]) == ("failed", "report too large"), row["type"]
+        assert row["error"].startswith("report too large")
+        assert row["report"] is None or "blob" not in row["report"]
