@@ -87,7 +87,12 @@ class Daemon:
         self.pool: AsyncPool = make_async_pool(
             url, name="daemon", min_size=2, max_size=max(settings.pool_size, 4), timeout_s=10.0
         )
-        self.hooks = FailHooks(HooksSettings(), clock, self.registry)
+        self.hooks = FailHooks(
+            self.pool,
+            HooksSettings(worker_id=settings.worker_id, interval_s=settings.death_check_interval),
+            clock,
+            self.registry,
+        )
         self.completer = Completer(
             self.pool,
             CompleterSettings(worker_id=settings.worker_id),

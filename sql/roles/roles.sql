@@ -102,6 +102,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
 -- a claim locks the running count of each concurrency key it may start (FOR UPDATE
 -- needs UPDATE); the counts themselves are kept by SECURITY DEFINER triggers
 GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
+-- a daemon claims the on_fail hook of a failed job by inserting its row
+GRANT SELECT, INSERT ON jobsd.fail_hooks TO {worker};
 
 -- name: roles_grant_functions
 -- Start from nothing on every function, then grant what each role needs; EXECUTE
