@@ -69,7 +69,9 @@ class Completer:
         stats: DaemonStats,
         waker: Waker,
         on_failed: Callable[[Job], None],
+        on_recovery: Callable[[Job], None] | None = None,
     ) -> None:
+        self.on_recovery = on_recovery
         self.pool = pool
         self.cfg = cfg
         self.clock = clock
@@ -192,6 +194,9 @@ class Completer:
             )
             if job.status == "failed":
                 self.on_failed(job)
+            elif job.status == "recovery_required" and self.on_recovery is not None:
+                # an ambiguous end: the type's recover hook decides (recoverer.py)
+                self.on_recovery(job)
             elif job.status == "scheduled":
                 # a retry with a back-off: let the claimer learn its due time now
                 self.waker.wake("scheduled")

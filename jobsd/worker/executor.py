@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -175,6 +176,7 @@ async def run_handler(
     ctx: JobContext,
     limits: RunLimits | None = None,
     children: ChildPool | None = None,
+    abandoned: dict[uuid.UUID, threading.Thread] | None = None,
 ) -> Outcome:
     """Run the handler of ``job`` and return its outcome; cancellation propagates.
 
@@ -215,6 +217,13 @@ async def run_handler(
         if raised is not None:
             raise raised
         if watch.ended is not None and scope.cancelled_caught:
+            if (
+                not isolated
+                and thread.thread is not None
+                and thread.alive
+                and abandoned is not None
+            ):
+                abandoned[job.id] = thread.thread
             return _ended_by_watch(job, spec, ctx, watch, thread, isolated)
     except anyio.get_cancelled_exc_class():
         raise
@@ -441,6 +450,7 @@ class JobRunner:
             )
         )
         self._tg: TaskGroup | None = None
+        self._abandoned: dict[uuid.UUID, threading.Thread] = {}
         self._closing = anyio.Event()
 
     def start(self, job: Job) -> None:
@@ -473,6 +483,14 @@ class JobRunner:
             with anyio.CancelScope(shield=True):
                 await self.children.aclose()
 
+    def thread_alive(self, job_id: uuid.UUID) -> bool:
+        """Say whether a sync handler's thread abandoned for ``job_id`` still runs."""
+        thread = self._abandoned.get(job_id)
+        if thread is not None and not thread.is_alive():
+            del self._abandoned[job_id]
+            return False
+        return thread is not None
+
     def _uses_children(self) -> bool:
         for name in self.registry.types():
             spec = self.registry.get(name)
@@ -495,7 +513,12 @@ class JobRunner:
         try:
             with held.scope:
                 outcome = await run_handler(
-                    job, self.registry.get(job.type), held.ctx, self.cfg.limits, self.children
+                    job,
+                    self.registry.get(job.type),
+                    held.ctx,
+                    self.cfg.limits,
+                    self.children,
+                    self._abandoned,
                 )
         except anyio.get_cancelled_exc_class():
             # shutdown past the grace time: write the job back, then let go

@@ -39,6 +39,7 @@ from jobsd.worker.holdings import Holdings
 from jobsd.worker.hooks import FailHooks, HooksSettings
 from jobsd.worker.lifeline import Lifeline, LifelineSettings
 from jobsd.worker.listener import CHANNEL, Listener, ListenerSettings
+from jobsd.worker.recoverer import Recoverer, RecovererSettings
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.sweeper import Sweeper, SweeperSettings
 from jobsd.worker.waker import Waker
@@ -93,6 +94,14 @@ class Daemon:
             clock,
             self.registry,
         )
+        self.recoverer = Recoverer(
+            self.pool,
+            RecovererSettings(worker_id=settings.worker_id),
+            clock,
+            self.registry,
+            self.hooks.submit,
+            still_running=lambda job_id: self.runner.thread_alive(job_id),
+        )
         self.completer = Completer(
             self.pool,
             CompleterSettings(worker_id=settings.worker_id),
@@ -101,6 +110,7 @@ class Daemon:
             self.stats,
             self.waker,
             self.hooks.submit,
+            self.recoverer.submit,
         )
         self.runner = JobRunner(
             RunnerSettings(
@@ -156,6 +166,7 @@ class Daemon:
             self.registry,
             self.stats,
             self.hooks.submit,
+            self.recoverer,
         )
         self.listener = Listener(
             functools.partial(
@@ -243,11 +254,18 @@ class Daemon:
                     # be owned by a worker whose death the sweeper can prove
                     await services.start(self.lifeline.run)
                 if not self.stopping:
-                    for service in (self.completer, self.heartbeat, self.sweeper, self.hooks):
+                    for service in (
+                        self.completer,
+                        self.heartbeat,
+                        self.sweeper,
+                        self.recoverer,
+                        self.hooks,
+                    ):
                         await services.start(service.run)
                     await self._run_jobs()
                     await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
                     with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                        await self.recoverer.run_once()
                         await self.hooks.run_once()
                 services.cancel_scope.cancel()
         finally:

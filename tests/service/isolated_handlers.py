@@ -9,6 +9,7 @@ import time
 import anyio
 
 import jobsd
+from jobsd.recovery import Recovery, succeeded
 from jobsd.registry import Registry
 
 REGISTRY = Registry()
@@ -64,3 +65,20 @@ def iso_hang(ctx: jobsd.JobContext) -> None:
 def iso_big(ctx: jobsd.JobContext) -> dict[str, str]:
     """Return a report larger than the test's cap."""
     return {"blob": "x" * int(ctx.payload["size"])}
+
+
+def _published(job: jobsd.Job) -> Recovery:
+    """The child published before it died: the recover hook says so."""
+    return succeeded({"found": "published"})
+
+
+@jobsd.handler(
+    "iso_publish_crash",
+    isolation="process",
+    delivery="at_most_once",
+    recover=_published,
+    registry=REGISTRY,
+)
+def iso_publish_crash(ctx: jobsd.JobContext) -> None:
+    """Publish, then die before returning: a lost child of an at_most_once type."""
+    os._exit(9)

@@ -3,19 +3,23 @@ recover hook at every ambiguous end of an at_most_once job, progress caps."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
+from support.history import assert_history_complete_async
 from support.jobs import make_job
 
 import jobsd
 from jobsd.models import Job
+from jobsd.recovery import AMBIGUOUS, RERUN, Recovery, succeeded
 from jobsd.registry import Registry
 from jobsd.store import queries
 
-from .conftest import ADb, make_settings, running_daemon, wait_status, wait_until
+from .conftest import ADb, events_of, make_settings, running_daemon, wait_status, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -59,3 +63,100 @@ async def test_on_fail_runs_once_for_a_cascade_and_a_resolve_failed(
     assert row["reason"] == f"dependency {up.id} failed"
     assert sorted(hooked) == sorted([up.id, down.id, lost]), "once per failure"
     assert calls == 3
+
+
+async def test_every_ambiguous_end_of_an_at_most_once_job_asks_recover(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    """Timeout, cancel of a running job, shutdown past the drain, a sync thread that
+    cannot be stopped: each asks the type's recover hook (owner death: test_recover.py,
+    a lost child: test_isolation.py)."""
+    asked: list[tuple[str, str | None]] = []
+    answers: dict[str, Recovery] = {
+        "timeout": succeeded({"found": "published"}),
+        "cancel": RERUN,
+        "shutdown": AMBIGUOUS,
+        "thread": RERUN,
+    }
+    started = {case: anyio.Event() for case in answers}
+    release = threading.Event()
+
+    def recover(job: Job) -> Recovery:
+        asked.append((job.payload["case"], job.reason))
+        return answers[job.payload["case"]]
+
+    @jobsd.handler(
+        "publish", delivery="at_most_once", recover=recover, max_attempts=3, registry=registry
+    )
+    async def publish(ctx: jobsd.JobContext) -> None:
+        started[ctx.payload["case"]].set()
+        await anyio.sleep(0.5 if ctx.payload["case"] == "timeout" else 60)
+
+    @jobsd.handler(
+        "publish_sync",
+        delivery="at_most_once",
+        recover=recover,
+        timeout=0.3,
+        max_attempts=3,
+        registry=registry,
+    )
+    def publish_sync(ctx: jobsd.JobContext) -> None:
+        release.wait(30)  # cannot be stopped: the thread outlives its timeout
+
+    @jobsd.handler(
+        "publish_timeout",
+        delivery="at_most_once",
+        recover=recover,
+        timeout=0.2,
+        registry=registry,
+    )
+    async def publish_timeout(ctx: jobsd.JobContext) -> None:
+        await anyio.sleep(60)
+
+    settings = make_settings(db_url, drain_timeout=0.3)
+    try:
+        async with running_daemon(settings, registry) as daemon:
+            timed = await client.enqueue("publish_timeout", {"case": "timeout"}, org_id="acme")
+            stuck = await client.enqueue("publish_sync", {"case": "thread"}, org_id="acme")
+            cancel = await client.enqueue("publish", {"case": "cancel"}, org_id="acme")
+            with anyio.fail_after(10):
+                await started["cancel"].wait()
+            await queries.cancel_job(db, cancel.id, actor="test", reason="cancelled by test")
+            rows = {
+                "timeout": await wait_status(db, timed.id, "succeeded"),
+                "cancel": await wait_status(db, cancel.id, "cancelled"),
+            }
+
+            async def thread_asked() -> bool:
+                return ("thread", "timeout") in asked
+
+            await wait_until(thread_asked, what="recover asked about the abandoned thread")
+            down = await client.enqueue("publish", {"case": "shutdown"}, org_id="acme")
+            with anyio.fail_after(10):
+                await started["shutdown"].wait()
+            assert daemon.runner.thread_alive(stuck.id)
+    finally:
+        release.set()
+    rows["shutdown"] = await wait_status(db, down.id, "recovery_required")
+    rows["thread"] = await wait_status(db, stuck.id, "recovery_required")
+
+    assert sorted(asked) == [
+        ("cancel", "cancel requested"),
+        ("shutdown", "shutdown"),
+        ("thread", "timeout"),
+        ("timeout", "timeout"),
+    ]
+    assert (rows["timeout"]["reason"], rows["timeout"]["report"]) == (
+        "recovered_after_publish",
+        {"found": "published"},
+    )
+    assert rows["cancel"]["reason"] == "cancel requested", "RERUN of a cancel: cancelled"
+    assert rows["thread"]["attempts"] == 1, "never re-run while its thread may run"
+    assert rows["shutdown"]["reason"] == "shutdown"
+    assert [e[1] for e in await events_of(db, timed.id)] == [
+        "queued",
+        "running",
+        "recovery_required",
+        "succeeded",
+    ]
+    await assert_history_complete_async(db)

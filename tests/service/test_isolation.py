@@ -43,6 +43,9 @@ async def test_a_segfaulting_child_fails_its_job_alone_while_siblings_succeed(
         exited = await client.enqueue("iso_exit", {}, org_id="acme")
         exit_row = await _end(db, exited)
         after = await _end(db, await client.enqueue("iso_sync", {}, org_id="acme"))
+        # a lost child of an at_most_once type asks its recover hook
+        lost = await client.enqueue("iso_publish_crash", {}, org_id="acme")
+        lost_row = await wait_status(db, lost.id, "succeeded", "failed", timeout_s=30)
         assert not daemon.stopping
 
     assert (crashed["status"], crashed["reason"]) == ("failed", "handler crashed")
@@ -57,6 +60,8 @@ async def test_a_segfaulting_child_fails_its_job_alone_while_siblings_succeed(
         "handler process exited with code 3",
     )
     assert after["status"] == "succeeded" and after["report"]["attempt"] == 1
+    assert (lost_row["status"], lost_row["reason"]) == ("succeeded", "recovered_after_publish")
+    assert lost_row["report"] == {"found": "published"}
     await assert_history_complete_async(db)
 
 
