@@ -132,6 +132,9 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 _age(backend.waiter.last_notify_monotonic) if backend.started else None
             ),
             "listen_connected": waiter_connected,
+            "oldest_running_age_s": row.get("oldest_running_age_s"),
+            "oldest_running_idle_s": row.get("oldest_running_idle_s"),
+            "recovery_required": row.get("recovery_required"),
             "slots": daemon.holdings.slots if daemon else None,
             "slots_busy": daemon.holdings.running if daemon else None,
         }
@@ -168,6 +171,12 @@ async def build_report(backend: ApiBackend) -> HealthReport:
         warnings.append(
             f"the NOTIFY queue is {usage:.0%} full (over {http.health_notify_queue_warn:.0%}): "
             "a session that LISTENs is stuck in a transaction; at 100 % enqueues fail"
+        )
+    backlog = report.recovery_required
+    if backlog:
+        warnings.append(
+            f"{backlog} job(s) are recovery_required: their outcome is unknown, "
+            "an operator resolves them (jobsd resolve)"
         )
     if not waiter_connected:
         warnings.append("this API's LISTEN connection is down: long-polls end at their deadline")

@@ -3,7 +3,9 @@ recover hook at every ambiguous end of an at_most_once job, progress caps."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -160,3 +162,77 @@ async def test_every_ambiguous_end_of_an_at_most_once_job_asks_recover(
         "succeeded",
     ]
     await assert_history_complete_async(db)
+
+
+async def test_a_handler_without_progress_is_ended_within_stall_after_plus_a_check(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    marks: dict[str, float] = {}
+
+    @jobsd.handler("hang", stall_after=0.4, registry=registry)
+    async def hang(ctx: jobsd.JobContext) -> None:
+        for step in range(4):  # 0.6 s of work in all, but never 0.4 s without progress
+            await ctx.progress(done=step)
+            await anyio.sleep(0.15)
+        marks["last_progress"] = time.monotonic()
+        try:
+            await anyio.sleep(60)
+        finally:
+            marks["ended"] = time.monotonic()
+
+    @jobsd.handler("hang_sync", registry=registry)  # JOBSD_STALL_AFTER applies
+    def hang_sync(ctx: jobsd.JobContext) -> None:
+        release.wait(30)
+
+    @jobsd.handler("busy", registry=registry)  # progress keeps it alive past stall_after
+    async def busy(ctx: jobsd.JobContext) -> dict[str, int]:
+        for step in range(5):
+            await ctx.progress(done=step)
+            await anyio.sleep(0.2)
+        return {"steps": 5}
+
+    release = threading.Event()
+    try:
+        async with running_daemon(make_settings(db_url, stall_after=0.6), registry):
+            stalled = await client.enqueue("hang", {}, org_id="acme")
+            stuck = await client.enqueue("hang_sync", {}, org_id="acme")
+            alive = await client.enqueue("busy", {}, org_id="acme")
+            rows = [
+                await wait_status(db, j.id, "succeeded", "failed", "recovery_required")
+                for j in (stalled, stuck, alive)
+            ]
+    finally:
+        release.set()
+
+    assert (rows[0]["status"], rows[0]["reason"]) == ("failed", "stalled")
+    assert rows[0]["error"] == "stalled: no progress for 0.4 s"
+    assert rows[0]["progress"]["done"] == 3
+    # stall_after (0.4) + one check interval (0.1) + scheduling slack on a busy machine
+    assert marks["ended"] - marks["last_progress"] < 0.4 + 0.1 + 0.3
+    assert (rows[1]["status"], rows[1]["reason"]) == ("recovery_required", "stalled")
+    assert rows[2]["status"] == "succeeded", "a handler that reports progress is not stalled"
+
+
+async def test_progress_over_the_cap_fails_the_job(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    @jobsd.handler("chatty", registry=registry)
+    async def chatty(ctx: jobsd.JobContext) -> None:
+        await ctx.progress(step="small")
+        await ctx.progress(blob="x" * 5000)  # raises: over 4 KiB in all
+
+    @jobsd.handler("swallow", registry=registry)
+    def swallow(ctx: jobsd.JobContext) -> dict[str, bool]:
+        with contextlib.suppress(ValueError):  # catching it does not save the job
+            ctx.progress(blob="x" * 5000)
+        return {"ok": True}
+
+    async with running_daemon(make_settings(db_url, max_progress_bytes=4096), registry):
+        jobs = [await client.enqueue(t, {}, org_id="acme") for t in ("chatty", "swallow")]
+        rows = [await wait_status(db, j.id, "succeeded", "failed") for j in jobs]
+
+    for row in rows:
+        assert (row["status"], row["reason"]) == ("failed", "progress too large"), row["type"]
+        assert row["error"].startswith("progress too large: ")
+        assert "over the limit of 4096 bytes" in row["error"]
+        assert "blob" not in (row["progress"] or {}), "the oversized fields are not stored"
