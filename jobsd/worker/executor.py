@@ -41,6 +41,7 @@ from jobsd.models import Job
 from jobsd.registry import HandlerSpec, Isolation, Registry
 from jobsd.worker.children import Answer, Child, ChildPool, ChildSettings
 from jobsd.worker.clock import Clock
+from jobsd.worker.faults import crash_at
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.stats import DaemonStats
 
@@ -419,6 +420,8 @@ class RunnerSettings:
     max_progress_bytes: int | None = None
     """``JOBSD_MAX_PROGRESS_BYTES``"""
     slots: int = 10
+    fault: str | None = None
+    """``JOBSD_FAULT``: ``after_publish`` exits once a handler returned"""
 
 
 class JobRunner:
@@ -525,6 +528,8 @@ class JobRunner:
             self.holdings.release_slot(held)
             self.submit(held, self._interrupted(job))
             raise
+        if self.cfg.fault == "after_publish":
+            crash_at("after_publish", [str(job.id)])
         self.holdings.release_slot(held)
         self.stats.run_s.observe(job.type, self.clock.monotonic() - held.started_monotonic)
         if outcome is None and held.cancel_requested and not held.lost:

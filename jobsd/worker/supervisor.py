@@ -104,7 +104,7 @@ class Daemon:
         )
         self.completer = Completer(
             self.pool,
-            CompleterSettings(worker_id=settings.worker_id),
+            CompleterSettings(worker_id=settings.worker_id, fault=settings.fault),
             clock,
             self.holdings,
             self.stats,
@@ -123,6 +123,7 @@ class Daemon:
                 kill_grace_s=settings.kill_grace,
                 max_progress_bytes=settings.max_progress_bytes,
                 slots=settings.slots,
+                fault=settings.fault,
             ),
             clock,
             self.registry,
