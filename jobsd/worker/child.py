@@ -102,7 +102,7 @@ def _run(channel: _Channel, request: dict[str, Any]) -> None:
             max_progress_bytes=raw.get("max_progress_bytes"),
         )
         result = asyncio.run(func(ctx)) if inspect.iscoroutinefunction(func) else func(ctx)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # reported to the daemon, whatever it is
         channel.send(
             {
                 "op": "error",
@@ -127,6 +127,8 @@ def _run(channel: _Channel, request: dict[str, Any]) -> None:
 def main(argv: list[str]) -> None:
     """Serve requests until stdin closes."""
     die_with_parent(int(argv[0]))
+    # Ctrl-C reaches the whole process group: the daemon decides when children stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints of handlers go to stderr, not into the protocol
     channel = _Channel(out)

@@ -211,7 +211,9 @@ async def run_handler(
                         )
                     else:
                         answer = await _call(spec, ctx, thread)
-                except (Exception, SystemExit) as exc:
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except BaseException as exc:  # a handler's, whatever it is
                     # raised outside the task group, or it would come as a group
                     raised = exc
                 tg.cancel_scope.cancel()
@@ -230,7 +232,8 @@ async def run_handler(
         raise
     except ProgressTooLarge:
         return failure(ctx.progress_too_large or "progress too large", reason="progress too large")
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, ...
+        # anything a handler raises but cancellation fails its job, never the daemon
         if ctx.progress_too_large is not None:
             return failure(ctx.progress_too_large, reason="progress too large")
         log.info(

@@ -236,3 +236,33 @@ async def test_progress_over_the_cap_fails_the_job(
         assert row["error"].startswith("progress too large: ")
         assert "over the limit of 4096 bytes" in row["error"]
         assert "blob" not in (row["progress"] or {}), "the oversized fields are not stored"
+
+
+class _Escape(BaseException):
+    """Not an Exception: it used to escape the executor."""
+
+
+async def test_a_base_exception_from_a_handler_fails_only_its_job(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    @jobsd.handler("escape", registry=registry)
+    async def escape(ctx: jobsd.JobContext) -> None:
+        raise _Escape("out of the executor")
+
+    @jobsd.handler("escape_sync", registry=registry)
+    def escape_sync(ctx: jobsd.JobContext) -> None:
+        raise KeyboardInterrupt
+
+    @jobsd.handler("fine", registry=registry)
+    async def fine(ctx: jobsd.JobContext) -> None:
+        return None
+
+    async with running_daemon(make_settings(db_url), registry):
+        jobs = [await client.enqueue(t, {}, org_id="acme") for t in ("escape", "escape_sync")]
+        rows = [await wait_status(db, j.id, "succeeded", "failed") for j in jobs]
+        after = await client.enqueue("fine", {}, org_id="acme")
+        assert (await wait_status(db, after.id, "succeeded", "failed"))["status"] == "succeeded"
+
+    assert [(r["status"], r["reason"]) for r in rows] == [("failed", "handler error")] * 2
+    assert rows[0]["error"] == "_Escape: out of the executor"
+    assert rows[1]["error"].startswith("KeyboardInterrupt")
