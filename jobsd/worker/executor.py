@@ -60,8 +60,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ERROR_MAX_BYTES = 2048
-WARM_CHILDREN = 2
-"""children started before the first claim when some type is isolated"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +423,8 @@ class RunnerSettings:
     slots: int = 10
     fault: str | None = None
     """``JOBSD_FAULT``: ``after_publish`` exits once a handler returned"""
+    warm_children: int = 2
+    """children started before the first claim when some type is isolated"""
 
 
 class JobRunner:
@@ -476,7 +476,7 @@ class JobRunner:
         try:
             if self._uses_children():
                 with anyio.move_on_after(60):
-                    await self.children.warm(min(self.cfg.slots, WARM_CHILDREN))
+                    await self.children.warm(min(self.cfg.slots, self.cfg.warm_children))
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 task_status.started()
