@@ -82,3 +82,9 @@ def _published(job: jobsd.Job) -> Recovery:
 def iso_publish_crash(ctx: jobsd.JobContext) -> None:
     """Publish, then die before returning: a lost child of an at_most_once type."""
     os._exit(9)
+
+
+@jobsd.handler("big_inline", isolation="none", registry=REGISTRY)
+async def big_inline(ctx: jobsd.JobContext) -> dict[str, str]:
+    """Return a report larger than the test's cap, in the daemon."""
+    return {"blob": "x" * 5000}

@@ -14,7 +14,9 @@ import jobsd
 from .conftest import ADb, make_settings, running_daemon, wait_status
 from .isolated_handlers import REGISTRY
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+# child processes start a Python each (seconds on a loaded machine); exit codes and
+# aborts: tests/faults (T15-isolated)
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(90)]
 
 ENDED = ("succeeded", "failed", "scheduled", "recovery_required")
 
@@ -40,8 +42,6 @@ async def test_a_segfaulting_child_fails_its_job_alone_while_siblings_succeed(
         siblings = [await client.enqueue("iso_work", {"n": n}, org_id="acme") for n in range(3)]
         crashed = await _end(db, crash)
         rows = [await _end(db, job) for job in siblings]
-        exited = await client.enqueue("iso_exit", {}, org_id="acme")
-        exit_row = await _end(db, exited)
         after = await _end(db, await client.enqueue("iso_sync", {}, org_id="acme"))
         # a lost child of an at_most_once type asks its recover hook
         lost = await client.enqueue("iso_publish_crash", {}, org_id="acme")
@@ -55,62 +55,42 @@ async def test_a_segfaulting_child_fails_its_job_alone_while_siblings_succeed(
     assert sorted(r["report"]["doubled"] for r in rows) == [0, 2, 4]
     assert all(r["progress"]["done"] == 2 and r["progress"]["total"] == 2 for r in rows)
     assert all(r["report"]["pid"] != os.getpid() for r in rows), "ran in children"
-    assert (exit_row["status"], exit_row["error"]) == (
-        "failed",
-        "handler process exited with code 3",
-    )
     assert after["status"] == "succeeded" and after["report"]["attempt"] == 1
     assert (lost_row["status"], lost_row["reason"]) == ("succeeded", "recovered_after_publish")
     assert lost_row["report"] == {"found": "published"}
     await assert_history_complete_async(db)
 
 
-async def test_a_timed_out_child_is_killed_and_its_job_fails_with_timeout(
+async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
     db_url: str, db: ADb, client: jobsd.Client
 ) -> None:
-    async with running_daemon(make_settings(db_url, kill_grace=0.5), REGISTRY) as daemon:
-        job = await client.enqueue("iso_hang", {}, org_id="acme")
-        row = await _end(db, job)
+    settings = make_settings(db_url, kill_grace=0.5, max_report_bytes=4096)
+    async with running_daemon(settings, REGISTRY) as daemon:
+        hung = await client.enqueue("iso_hang", {}, org_id="acme")
+        raising = await client.enqueue("iso_raise", {}, org_id="acme")
+        sizes = [100, 5000, 200_000]
+        reports = [await client.enqueue("iso_big", {"size": n}, org_id="acme") for n in sizes]
+        inline = await client.enqueue("big_inline", {}, org_id="acme")
+        row = await _end(db, hung)
         pid = row["progress"]["pid"]
         alive_after = _alive(pid)
-        assert daemon.runner.children.pids == set() or pid not in daemon.runner.children.pids
+        assert pid not in daemon.runner.children.pids
+        raised = await wait_status(db, raising.id, "failed", timeout_s=30)
+        capped = [await _end(db, j) for j in (*reports, inline)]
 
     assert (row["status"], row["reason"]) == ("failed", "timeout")
     assert row["error"] == "timeout after 0.5 s"
     assert (row["finished_at"] - row["started_at"]).total_seconds() < 3
     assert not alive_after, "the child was killed before the outcome was written"
 
+    assert raised["attempts"] == 2, "KeyError is a LookupError: retried once"
+    assert raised["reason"] == "handler error"
+    assert raised["error"] == "KeyError: 'attempt 2'"
+    assert raised["report"]["error"]["type"] == "builtins.KeyError"
+    assert "raise KeyError" in raised["report"]["error"]["traceback"]
 
-async def test_errors_cross_the_boundary_and_follow_the_retry_policy(
-    db_url: str, db: ADb, client: jobsd.Client
-) -> None:
-    async with running_daemon(make_settings(db_url), REGISTRY):
-        job = await client.enqueue("iso_raise", {}, org_id="acme")
-        row = await wait_status(db, job.id, "failed", timeout_s=30)
-
-    assert row["attempts"] == 2, "KeyError is a LookupError: retried once"
-    assert row["reason"] == "handler error"
-    assert row["error"] == "KeyError: 'attempt 2'"
-    assert row["report"]["error"]["type"] == "builtins.KeyError"
-    assert "raise KeyError" in row["report"]["error"]["traceback"]
-
-
-async def test_a_report_over_the_cap_fails_the_job_in_and_out_of_process(
-    db_url: str, db: ADb, client: jobsd.Client
-) -> None:
-    @jobsd.handler("big_inline", isolation="none", registry=REGISTRY)
-    async def big_inline(ctx: jobsd.JobContext) -> dict[str, str]:
-        return {"blob": "x" * 5000}
-
-    async with running_daemon(make_settings(db_url, max_report_bytes=4096), REGISTRY):
-        small = await client.enqueue("iso_big", {"size": 100}, org_id="acme")
-        big = await client.enqueue("iso_big", {"size": 5000}, org_id="acme")
-        huge = await client.enqueue("iso_big", {"size": 200_000}, org_id="acme")
-        inline = await client.enqueue("big_inline", {}, org_id="acme")
-        rows = [await _end(db, j) for j in (small, big, huge, inline)]
-
-    assert rows[0]["status"] == "succeeded"
-    for row in rows[1:]:
+    assert capped[0]["status"] == "succeeded"
+    for row in capped[1:]:
         assert (row["status"], row["reason"]) == ("failed", "report too large"), row["type"]
         assert row["error"].startswith("report too large")
         assert row["report"] is None or "blob" not in row["report"]
