@@ -37,12 +37,6 @@ def iso_segv(ctx: jobsd.JobContext) -> None:
     ctypes.string_at(0)
 
 
-@jobsd.handler("iso_exit", isolation="process", registry=REGISTRY)
-def iso_exit(ctx: jobsd.JobContext) -> None:
-    """Exit with status 3 without cleaning up."""
-    os._exit(3)
-
-
 @jobsd.handler(
     "iso_raise",
     isolation="process",
