@@ -236,6 +236,8 @@ class Daemon:
                 "queues": self.settings.queues or "all",
             },
         )
+        if self.settings.fault is not None:
+            log.warning("daemon.fault_armed", extra={"point": self.settings.fault})
         await self.pool.open(wait=False)
         try:
             async with anyio.create_task_group() as services:

@@ -96,6 +96,9 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "workers:DELETE",
         "concurrency_keys:SELECT",
         "concurrency_keys:UPDATE",
+        # 0015: a daemon claims a failed job's on_fail hook by inserting its row
+        "fail_hooks:SELECT",
+        "fail_hooks:INSERT",
     }
     # functions PUBLIC may not run: queue administration for the API's enqueue role
     # (queue listing for the read role too); the triggers' functions for nobody

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import time
 
 import anyio
@@ -51,6 +52,14 @@ def iso_raise(ctx: jobsd.JobContext) -> None:
 @jobsd.handler("iso_hang", isolation="process", timeout=0.5, registry=REGISTRY)
 def iso_hang(ctx: jobsd.JobContext) -> None:
     """Say which process runs it, then block for good: the timeout kills the child."""
+    ctx.progress(pid=os.getpid())
+    time.sleep(10**6)
+
+
+@jobsd.handler("iso_stubborn", isolation="process", timeout=0.5, registry=REGISTRY)
+def iso_stubborn(ctx: jobsd.JobContext) -> None:
+    """Ignore SIGTERM, then block: only the SIGKILL after the grace ends it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ctx.progress(pid=os.getpid())
     time.sleep(10**6)
 

@@ -67,6 +67,7 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
     settings = make_settings(db_url, kill_grace=0.5, max_report_bytes=4096)
     async with running_daemon(settings, REGISTRY) as daemon:
         hung = await client.enqueue("iso_hang", {}, org_id="acme")
+        stubborn = await client.enqueue("iso_stubborn", {}, org_id="acme")
         raising = await client.enqueue("iso_raise", {}, org_id="acme")
         sizes = [100, 5000, 200_000]
         reports = [await client.enqueue("iso_big", {"size": n}, org_id="acme") for n in sizes]
@@ -75,6 +76,8 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
         pid = row["progress"]["pid"]
         alive_after = _alive(pid)
         assert pid not in daemon.runner.children.pids
+        killed = await _end(db, stubborn)
+        alive_after_kill = _alive(killed["progress"]["pid"])
         raised = await wait_status(db, raising.id, "failed", timeout_s=30)
         capped = [await _end(db, j) for j in (*reports, inline)]
 
@@ -82,6 +85,10 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
     assert row["error"] == "timeout after 0.5 s"
     assert (row["finished_at"] - row["started_at"]).total_seconds() < 3
     assert not alive_after, "the child was killed before the outcome was written"
+    # SIGTERM ignored: SIGKILL after the 0.5 s grace
+    assert (killed["status"], killed["reason"]) == ("failed", "timeout")
+    assert 0.9 <= (killed["finished_at"] - killed["started_at"]).total_seconds() < 4
+    assert not alive_after_kill
 
     assert raised["attempts"] == 2, "KeyError is a LookupError: retried once"
     assert raised["reason"] == "handler error"
