@@ -102,7 +102,11 @@ class ChildPool:
         should not wait for a child to import jobsd)."""
 
         async def one() -> None:
-            child = await self._spawn()
+            try:
+                child = await self._spawn()
+            except Exception:  # a run that needs a child will say why it has none
+                log.error("child.start_failed", exc_info=True)
+                return
             self._idle.append(child)
 
         async with anyio.create_task_group() as tg:

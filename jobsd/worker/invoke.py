@@ -26,7 +26,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from jobsd.context import JobContext, ProgressTooLarge
-from jobsd.errors import ConfigError, InvalidPayload, PayloadTooLarge
+from jobsd.errors import ConfigError, InvalidPayload, JobsdError, PayloadTooLarge
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
 from jobsd.registry import HandlerSpec, Isolation
@@ -122,9 +122,10 @@ async def run_handler(
     thread = _ThreadBox()
     raised: BaseException | None = None
     answer: Any = None
-    child = await _child_for(spec, children) if isolated else None
-    ctx.last_activity = time.monotonic()  # limits count from here, not the child's start
+    child: Child | None = None
     try:
+        child = await _child_for(spec, children) if isolated else None
+        ctx.last_activity = time.monotonic()  # limits count from here, not the child's start
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
                 if spec.timeout_s is not None or stall_after_s is not None:
@@ -335,4 +336,13 @@ async def _child_for(spec: HandlerSpec, children: ChildPool | None) -> Child | N
     run then fails with a ConfigError naming why)."""
     if children is None or handler_ref(spec) is None:
         return None
-    return await children.acquire()
+    try:
+        return await children.acquire()
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:  # the run fails, not the daemon
+        raise ChildStartError(f"cannot start a handler process: {exc!r}") from exc
+
+
+class ChildStartError(JobsdError):
+    """A child process for an isolated handler could not be started."""

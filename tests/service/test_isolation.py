@@ -4,6 +4,7 @@ child, results, progress and errors cross the process boundary."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -101,3 +102,17 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
         assert (row["status"], row["reason"]) == ("failed", "report too large"), row["type"]
         assert row["error"].startswith("report too large")
         assert row["report"] is None or "blob" not in row["report"]
+
+
+async def test_a_child_that_cannot_start_fails_its_job_not_the_daemon(
+    db_url: str, db: ADb, client: jobsd.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    async with running_daemon(make_settings(db_url), REGISTRY):
+        job = await client.enqueue("iso_sync", {}, org_id="acme")
+        row = await _end(db, job)
+        inline = await _end(db, await client.enqueue("big_inline", {}, org_id="acme"))
+
+    assert (row["status"], row["reason"]) == ("failed", "handler error")
+    assert row["error"].startswith("ChildStartError: cannot start a handler process")
+    assert inline["status"] == "succeeded", "the daemon went on"
