@@ -91,3 +91,9 @@ def iso_publish_crash(ctx: jobsd.JobContext) -> None:
 async def big_inline(ctx: jobsd.JobContext) -> dict[str, str]:
     """Return a report larger than the test's cap, in the daemon."""
     return {"blob": "x" * 5000}
+
+
+@jobsd.handler("follows_default", registry=REGISTRY)
+def follows_default(ctx: jobsd.JobContext) -> dict[str, int]:
+    """No isolation of its own: JOBSD_ISOLATION decides."""
+    return {"pid": os.getpid()}

@@ -65,7 +65,7 @@ async def test_a_segfaulting_child_fails_its_job_alone_while_siblings_succeed(
 async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
     db_url: str, db: ADb, client: jobsd.Client
 ) -> None:
-    settings = make_settings(db_url, kill_grace=0.5, max_report_bytes=4096)
+    settings = make_settings(db_url, kill_grace=0.5, max_report_bytes=4096, isolation="process")
     async with running_daemon(settings, REGISTRY) as daemon:
         hung = await client.enqueue("iso_hang", {}, org_id="acme")
         stubborn = await client.enqueue("iso_stubborn", {}, org_id="acme")
@@ -73,6 +73,7 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
         sizes = [100, 5000, 200_000]
         reports = [await client.enqueue("iso_big", {"size": n}, org_id="acme") for n in sizes]
         inline = await client.enqueue("big_inline", {}, org_id="acme")
+        default = await client.enqueue("follows_default", {}, org_id="acme")
         row = await _end(db, hung)
         pid = row["progress"]["pid"]
         alive_after = _alive(pid)
@@ -81,6 +82,7 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
         alive_after_kill = _alive(killed["progress"]["pid"])
         raised = await wait_status(db, raising.id, "failed", timeout_s=30)
         capped = [await _end(db, j) for j in (*reports, inline)]
+        followed = await _end(db, default)
 
     assert (row["status"], row["reason"]) == ("failed", "timeout")
     assert row["error"] == "timeout after 0.5 s"
@@ -97,6 +99,7 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
     assert raised["report"]["error"]["type"] == "builtins.KeyError"
     assert "raise KeyError" in raised["report"]["error"]["traceback"]
 
+    assert followed["report"]["pid"] != os.getpid(), "JOBSD_ISOLATION=process applies"
     assert capped[0]["status"] == "succeeded"
     for row in capped[1:]:
         assert (row["status"], row["reason"]) == ("failed", "report too large"), row["type"]
