@@ -203,25 +203,26 @@ class JobRunner:
         self.submit(held, outcome)
         return outcome
 
-    def _cancelled(self, job: Job) -> Outcome:
+    def _ask_recover(self, job: Job, reason: str, error: str) -> Outcome | None:
+        """Return ``recovery_required`` for an at_most_once type with a recover hook (a
+        run stopped mid-way: whether its work happened is for the hook to say), else None."""
         spec = self.registry.get(job.type)
         if spec is not None and spec.delivery == "at_most_once" and spec.recover is not None:
-            # stopped mid-run: whether the work happened is for the recover hook to say
-            return Outcome(
-                status="recovery_required",
-                reason="cancel requested",
-                error="cancelled while running: outcome unknown",
-            )
-        return Outcome(status="cancelled", reason="cancel requested")
+            return Outcome(status="recovery_required", reason=reason, error=error)
+        return None
+
+    def _cancelled(self, job: Job) -> Outcome:
+        unknown = self._ask_recover(
+            job, "cancel requested", "cancelled while running: outcome unknown"
+        )
+        return unknown or Outcome(status="cancelled", reason="cancel requested")
 
     def _interrupted(self, job: Job) -> Outcome:
+        message = "interrupted: the daemon shut down before the job finished"
+        unknown = self._ask_recover(job, "shutdown", message)
+        if unknown is not None:
+            return unknown
         spec = self.registry.get(job.type)
-        if spec is not None and spec.delivery == "at_most_once" and spec.recover is not None:
-            return Outcome(
-                status="recovery_required",
-                reason="shutdown",
-                error="interrupted: the daemon shut down before the job finished",
-            )
         # an interrupted run's outcome is unknown: only at_least_once may run it again
         if (
             spec is not None
@@ -229,6 +230,4 @@ class JobRunner:
             and job.attempts < spec.max_attempts
         ):
             return Outcome(status="queued", reason="shutdown")
-        return failure(
-            "interrupted: the daemon shut down before the job finished", reason="shutdown"
-        )
+        return failure(message, reason="shutdown")
