@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import psycopg
 import pytest
 from support.history import assert_history_complete_async
@@ -266,3 +267,43 @@ async def test_a_base_exception_from_a_handler_fails_only_its_job(
     assert [(r["status"], r["reason"]) for r in rows] == [("failed", "handler error")] * 2
     assert rows[0]["error"] == "_Escape: out of the executor"
     assert rows[1]["error"].startswith("KeyboardInterrupt")
+
+
+async def test_a_sync_handler_past_its_timeout_never_runs_twice_at_once(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    """The finding of issue 11: with a retry policy on TimeoutError, two runs of one job
+    overlapped and both side effects landed while the job read `failed timeout`."""
+    lock = threading.Lock()
+    running, runs, overlap = [0], [0], [0]
+    finished = threading.Event()
+
+    @jobsd.handler(
+        "slow_sync",
+        timeout=0.3,
+        retry=jobsd.RetryPolicy(2, backoff=0.01, retry_on=(TimeoutError,)),
+        registry=registry,
+    )
+    def slow_sync(ctx: jobsd.JobContext) -> None:
+        with lock:
+            running[0] += 1
+            runs[0] += 1
+            overlap[0] = max(overlap[0], running[0])
+        time.sleep(1.0)  # the side effect lands after the timeout
+        with lock:
+            running[0] -= 1
+        finished.set()
+
+    async with running_daemon(make_settings(db_url), registry):
+        job = await client.enqueue("slow_sync", {}, org_id="acme")
+        during = await wait_status(db, job.id, "recovery_required", "failed", "scheduled")
+        thread_alive = not finished.is_set()
+        with anyio.fail_after(10):
+            await anyio.to_thread.run_sync(finished.wait)
+        after = await wait_status(db, job.id, "recovery_required", "failed", "scheduled")
+
+    assert thread_alive, "the job's status was written while its thread still ran"
+    assert (during["status"], during["reason"]) == ("recovery_required", "timeout")
+    assert after["status"] == "recovery_required", "still unknown: an operator decides"
+    assert (runs[0], overlap[0], after["attempts"]) == (1, 1, 1), "never retried"
+    assert [e[1] for e in await events_of(db, job.id)] == ["queued", "running", "recovery_required"]
