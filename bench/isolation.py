@@ -20,9 +20,9 @@ import anyio
 from isolation_handlers import REGISTRY
 
 import jobsd
+from jobsd.dev.database import dev_database
 from jobsd.jobspec import JobSpec
 from jobsd.settings import Settings
-from jobsd.store.connect import trust_local_cluster
 from jobsd.store.migrate import migrate_sync
 from jobsd.worker.supervisor import Daemon
 
@@ -60,24 +60,12 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
-    cluster = None
-    url = args.database_url
-    if url is None:
-        from jobsd.dev.embedded import EmbeddedPostgres
-
-        cluster = EmbeddedPostgres()
-        cluster.start()
-        url = cluster.url()
-        trust_local_cluster(url)
-    try:
+    with dev_database(args.database_url) as (url, _):
         migrate_sync(url)
         rows = []
         for kind in ("noop_inline", "noop_isolated"):
             rate, per_job_ms = anyio.run(_case, url, kind, args.jobs, args.slots)
             rows.append((kind, rate, per_job_ms))
-    finally:
-        if cluster is not None:
-            cluster.cleanup()
     print(f"| handler ({args.jobs} jobs, {args.slots} slots) | jobs/s | ms per job |")
     print("|---|---|---|")
     for kind, rate, ms in rows:

@@ -32,27 +32,17 @@ def crash(workspace: Path | None) -> None:
     Uses JOBSD_DATABASE_URL, else a throwaway embedded Postgres (as `jobsd dev`).
     """
     from jobsd.dev.crash_demo import run_demo
-    from jobsd.dev.embedded import EmbeddedPostgres
+    from jobsd.dev.database import dev_database
     from jobsd.settings import Settings
-    from jobsd.store.connect import check_url, trust_local_cluster
+    from jobsd.store.connect import check_url
     from jobsd.store.migrate import migrate_sync
 
-    url = Settings().database_url
-    cluster: EmbeddedPostgres | None = None
-    if not url:
-        cluster = EmbeddedPostgres()
-        cluster.start()
-        url = cluster.url()
-        trust_local_cluster(url)
-    try:
+    with dev_database(Settings().database_url) as (url, embedded):
         check_url(url)
         migrate_sync(url)
         where = Path(workspace or tempfile.mkdtemp(prefix="jobsd-crash-demo-"))
         click.echo(f"workspace: {where}")
-        runs = run_demo(url, where, insecure=cluster is not None, say=click.echo)
-    finally:
-        if cluster is not None:
-            cluster.cleanup()
+        runs = run_demo(url, where, insecure=embedded, say=click.echo)
     broken = [r for r in runs if r.job.status != "succeeded" or r.artifacts != 1]
     click.echo(
         f"\n{len(runs) - len(broken)} of {len(runs)} jobs recovered with their side effect once"
