@@ -126,26 +126,31 @@ async def run_handler(
     try:
         child = await _child_for(spec, children) if isolated else None
         ctx.last_activity = time.monotonic()  # limits count from here, not the child's start
+
+        async def call() -> Any:
+            if child is not None and children is not None:
+                return await children.run(child, _ref(spec), ctx)
+            if isolated:
+                raise ConfigError(
+                    f"handler of {spec.type!r} cannot run in a child process: "
+                    "isolation='process' needs a module-level function"
+                )
+            return await _call(spec, ctx, thread)
+
         with anyio.CancelScope() as scope:
-            async with anyio.create_task_group() as tg:
-                if spec.timeout_s is not None or stall_after_s is not None:
+            if spec.timeout_s is None and stall_after_s is None:
+                answer = await call()  # no limits: no watchdog task on the hot path
+            else:
+                async with anyio.create_task_group() as tg:
                     tg.start_soon(_watchdog, ctx, scope, watch, spec.timeout_s, stall_after_s)
-                try:
-                    if child is not None and children is not None:
-                        answer = await children.run(child, _ref(spec), ctx)
-                    elif isolated:
-                        raise ConfigError(
-                            f"handler of {spec.type!r} cannot run in a child process: "
-                            "isolation='process' needs a module-level function"
-                        )
-                    else:
-                        answer = await _call(spec, ctx, thread)
-                except anyio.get_cancelled_exc_class():
-                    raise
-                except BaseException as exc:  # a handler's, whatever it is
-                    # raised outside the task group, or it would come as a group
-                    raised = exc
-                tg.cancel_scope.cancel()
+                    try:
+                        answer = await call()
+                    except anyio.get_cancelled_exc_class():
+                        raise
+                    except BaseException as exc:  # a handler's, whatever it is
+                        # raised outside the task group, or it would come as a group
+                        raised = exc
+                    tg.cancel_scope.cancel()
         if raised is not None:
             raise raised
         if watch.ended is not None and scope.cancelled_caught:
