@@ -62,6 +62,9 @@ def _split_list(value: Any) -> Any:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+OptionalDuration = Annotated[
+    float | None, BeforeValidator(lambda v: None if v in (None, "") else parse_duration(v))
+]
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
 
 
@@ -129,6 +132,30 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(default=1_048_576, ge=2)
     """Largest accepted payload, in bytes of UTF-8 JSON."""
 
+    max_report_bytes: int = Field(default=1_048_576, ge=2)
+    """Largest report a handler may return, in bytes of UTF-8 JSON (else the job fails,
+    cause ``report too large``)."""
+
+    max_progress_bytes: int = Field(default=1_048_576, ge=2)
+    """Largest progress (all fields together) a handler may record, in bytes of UTF-8
+    JSON (else the job fails, cause ``progress too large``)."""
+
+    isolation: Literal["none", "process"] = "none"
+    """Where handlers of types that do not say run: ``none`` (in the daemon) or
+    ``process`` (supervised child processes)."""
+
+    stall_after: OptionalDuration = None
+    """A run that neither returns nor reports progress this long is ended (cause
+    ``stalled``); unset: no limit. A type's ``stall_after`` overrides it."""
+
+    kill_grace: Duration = 2.0
+    """How long an isolated handler's child has between SIGTERM and SIGKILL."""
+
+    fault: Literal["after_publish", "after_outcome_sent"] | None = None
+    """Test only: exit the daemon hard at this point (needs ``JOBSD_ALLOW_FAULTS=1``)."""
+
+    allow_faults: bool = False
+
     default_max_attempts: int = Field(default=1, ge=1)
     """max_attempts for a type the sweeper has no handler for."""
 
@@ -169,6 +196,22 @@ class Settings(BaseSettings):
         # JOBSD_DATABASE_URL (or an explicit value) wins; else the systemd credential
         if not self.database_url:
             self.database_url = credential_database_url()
+        return self
+
+    @field_validator("stall_after")
+    @classmethod
+    def _positive_stall(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("stall_after must be positive")
+        return value
+
+    @model_validator(mode="after")
+    def _faults_allowed(self) -> Settings:
+        if self.fault is not None and not self.allow_faults:
+            raise ValueError(
+                f"JOBSD_FAULT={self.fault} is a test fault point: refused unless "
+                "JOBSD_ALLOW_FAULTS=1"
+            )
         return self
 
     @property

@@ -15,6 +15,7 @@ import click
 
 from jobsd.cli.api import api
 from jobsd.cli.cancel import cancel
+from jobsd.cli.demo import demo
 from jobsd.cli.dev import dev
 from jobsd.cli.enqueue import enqueue
 from jobsd.cli.errors import quiet_libraries
@@ -71,6 +72,7 @@ for _command in (
     migrate,
     run,
     dev,
+    demo,
     enqueue,
     status,
     jobs,

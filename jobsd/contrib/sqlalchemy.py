@@ -145,6 +145,8 @@ Index(
 Index("jobs_scheduled_idx", jobs.c.run_after, postgresql_where=jobs.c.status == "scheduled")
 # 0002_api_tokens: an org's jobs in creation order, for the API's paginated list
 Index("jobs_org_created_idx", jobs.c.org_id, jobs.c.created_at, jobs.c.id)
+# 0015_handlers: failed jobs by end time, for the on_fail claim
+Index("jobs_failed_idx", jobs.c.finished_at, postgresql_where=jobs.c.status == "failed")
 
 job_events = Table(
     "job_events",

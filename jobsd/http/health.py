@@ -151,6 +151,9 @@ async def build_report(backend: ApiBackend) -> HealthReport:
             "listen_connected": waiter_connected,
             "unhandled_jobs": row.get("unhandled_jobs"),
             "unhandled_types": row.get("unhandled_types") or {},
+            "oldest_running_age_s": row.get("oldest_running_age_s"),
+            "oldest_running_idle_s": row.get("oldest_running_idle_s"),
+            "recovery_required": row.get("recovery_required"),
             "slots": daemon.holdings.slots if daemon else None,
             "slots_busy": daemon.holdings.running if daemon else None,
         }
@@ -193,6 +196,12 @@ async def build_report(backend: ApiBackend) -> HealthReport:
         warnings.append(
             f"the NOTIFY queue is {usage:.0%} full (over {http.health_notify_queue_warn:.0%}): "
             "a session that LISTENs is stuck in a transaction; at 100 % enqueues fail"
+        )
+    backlog = report.recovery_required
+    if backlog:
+        warnings.append(
+            f"{backlog} job(s) are recovery_required: their outcome is unknown, "
+            "an operator resolves them (jobsd resolve)"
         )
     if not waiter_connected:
         warnings.append("this API's LISTEN connection is down: long-polls end at their deadline")

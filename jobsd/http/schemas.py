@@ -296,5 +296,16 @@ class HealthReport(BaseModel):
         "wait until a daemon with their handler starts.",
     )
     unhandled_types: dict[str, int] = Field(default_factory=dict, description="Those jobs by type.")
+    oldest_running_age_s: float | None = Field(
+        default=None, description="Age of the oldest running job (null: none runs)."
+    )
+    oldest_running_idle_s: float | None = Field(
+        default=None,
+        description="The longest time a running job has gone without progress or heartbeat.",
+    )
+    recovery_required: int | None = Field(
+        default=None,
+        description="Jobs whose outcome is unknown, waiting for an operator (jobsd resolve).",
+    )
     slots: int | None = Field(description="The attached daemon's slots.")
     slots_busy: int | None

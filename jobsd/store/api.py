@@ -161,7 +161,13 @@ async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:
     with db_errors("health report"):
         rows = await _bounded(conn, "api_health_report", timeout_s)
     row = dict(rows[0]) if rows else {}
-    for key in ("oldest_queued_age_s", "oldest_xact_age_s", "oldest_prepared_xact_age_s"):
+    for key in (
+        "oldest_queued_age_s",
+        "oldest_xact_age_s",
+        "oldest_prepared_xact_age_s",
+        "oldest_running_age_s",
+        "oldest_running_idle_s",
+    ):
         if row.get(key) is not None:
             row[key] = max(float(row[key]), 0.0)
     return row

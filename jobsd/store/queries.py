@@ -8,7 +8,7 @@ function opens its own dict-row cursor. Errors are translated here, with
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -165,10 +165,16 @@ class FinishRow:
     delay_s: float | None = None
 
 
-async def finish_batch(conn: AsyncConn, rows: Sequence[FinishRow]) -> dict[uuid.UUID, Job]:
+async def finish_batch(
+    conn: AsyncConn,
+    rows: Sequence[FinishRow],
+    *,
+    before_commit: Callable[[], object] | None = None,
+) -> dict[uuid.UUID, Job]:
     """Write many outcomes in one statement; return the jobs as written, by id.
 
     An id missing from the result had lost its lease: that outcome was discarded.
+    ``before_commit`` (a fault point) runs after the statement, inside its transaction.
     """
     if not rows:
         return {}
@@ -191,8 +197,14 @@ async def finish_batch(conn: AsyncConn, rows: Sequence[FinishRow]) -> dict[uuid.
             }
         )
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
+    params = {"results": f"[{','.join(parts)}]"}
     with db_errors(f"finish of {len(rows)} jobs"):
-        result = await run_named(conn, "jobs_finish_batch", {"results": f"[{','.join(parts)}]"})
+        if before_commit is None:
+            result = await run_named(conn, "jobs_finish_batch", params)
+        else:
+            async with conn.transaction():
+                result = await run_named(conn, "jobs_finish_batch", params)
+                before_commit()
     return {r["id"]: Job.from_row(r) for r in result}
 
 

@@ -26,6 +26,7 @@ from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
 from jobsd.worker.executor import Outcome, failure
+from jobsd.worker.faults import crash_at
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.loop import run_loop, through_outage
 from jobsd.worker.mailbox import Mailbox
@@ -44,6 +45,8 @@ class CompleterSettings:
 
     worker_id: str
     batch_size: int = 500
+    fault: str | None = None
+    """``JOBSD_FAULT``: ``after_outcome_sent`` exits before the outcome's commit"""
 
 
 @dataclass(slots=True)
@@ -69,7 +72,9 @@ class Completer:
         stats: DaemonStats,
         waker: Waker,
         on_failed: Callable[[Job], None],
+        on_recovery: Callable[[Job], None] | None = None,
     ) -> None:
+        self.on_recovery = on_recovery
         self.pool = pool
         self.cfg = cfg
         self.clock = clock
@@ -132,7 +137,7 @@ class Completer:
         rows = [_finish_row(r) for r in batch]
         try:
             async with acquire(self.pool, "finish") as conn:
-                written = await queries.finish_batch(conn, rows)
+                written = await queries.finish_batch(conn, rows, before_commit=self._fault(batch))
         except BackendUnavailable:
             raise
         except (DatabaseError, InvalidPayload) as exc:
@@ -148,6 +153,12 @@ class Completer:
         discarded = self._settle(batch, written)
         if discarded:
             await self._note_discarded(discarded)
+
+    def _fault(self, batch: list[_Result]) -> Callable[[], object] | None:
+        if self.cfg.fault != "after_outcome_sent":
+            return None
+        ids = [str(r.held.job.id) for r in batch]
+        return lambda: crash_at("after_outcome_sent", ids)
 
     async def _note_discarded(self, job_ids: list[uuid.UUID]) -> None:
         # best effort: the result is discarded either way, only the evidence is lost
@@ -215,6 +226,9 @@ class Completer:
             )
             if job.status == "failed":
                 self.on_failed(job)
+            elif job.status == "recovery_required" and self.on_recovery is not None:
+                # an ambiguous end: the type's recover hook decides (recoverer.py)
+                self.on_recovery(job)
             elif job.status == "scheduled":
                 # a retry with a back-off: let the claimer learn its due time now
                 self.waker.wake("scheduled")

@@ -34,12 +34,13 @@ from jobsd.worker import sdnotify
 from jobsd.worker.claimer import Claimer, ClaimerSettings
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
-from jobsd.worker.executor import JobRunner, RunnerSettings
+from jobsd.worker.executor import JobRunner, RunLimits, RunnerSettings
 from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.hooks import FailHooks, HooksSettings
 from jobsd.worker.lifeline import Lifeline, LifelineSettings
 from jobsd.worker.listener import CHANNEL, Listener, ListenerSettings
+from jobsd.worker.recoverer import Recoverer, RecovererSettings
 from jobsd.worker.scheduler import Scheduler, SchedulerSettings
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.sweeper import Sweeper, SweeperSettings
@@ -95,18 +96,43 @@ class Daemon:
             timeout_s=10.0,
             statement_timeout_s=settings.statement_timeout,
         )
-        self.hooks = FailHooks(HooksSettings(), clock, self.registry)
+        self.hooks = FailHooks(
+            self.pool,
+            HooksSettings(worker_id=settings.worker_id, interval_s=settings.death_check_interval),
+            clock,
+            self.registry,
+        )
+        self.recoverer = Recoverer(
+            self.pool,
+            RecovererSettings(worker_id=settings.worker_id),
+            clock,
+            self.registry,
+            self.hooks.submit,
+            still_running=lambda job_id: self.runner.thread_alive(job_id),
+        )
         self.completer = Completer(
             self.pool,
-            CompleterSettings(worker_id=settings.worker_id),
+            CompleterSettings(worker_id=settings.worker_id, fault=settings.fault),
             clock,
             self.holdings,
             self.stats,
             self.waker,
             self.hooks.submit,
+            self.recoverer.submit,
         )
         self.runner = JobRunner(
-            RunnerSettings(grace_s=settings.drain_timeout),
+            RunnerSettings(
+                grace_s=settings.drain_timeout,
+                limits=RunLimits(
+                    isolation=settings.isolation,
+                    stall_after_s=settings.stall_after,
+                    max_report_bytes=settings.max_report_bytes,
+                ),
+                kill_grace_s=settings.kill_grace,
+                max_progress_bytes=settings.max_progress_bytes,
+                slots=settings.slots,
+                fault=settings.fault,
+            ),
             clock,
             self.registry,
             self.holdings,
@@ -150,6 +176,7 @@ class Daemon:
             self.registry,
             self.stats,
             self.hooks.submit,
+            self.recoverer,
         )
         self.listener = Listener(
             functools.partial(
@@ -246,6 +273,8 @@ class Daemon:
                 "queues": self.settings.queues or "all",
             },
         )
+        if self.settings.fault is not None:
+            log.warning("daemon.fault_armed", extra={"point": self.settings.fault})
         await self.pool.open(wait=False)
         try:
             async with anyio.create_task_group() as services:
@@ -265,13 +294,20 @@ class Daemon:
                     # be owned by a worker whose death the sweeper can prove
                     await services.start(self.lifeline.run)
                 if not self.stopping:
-                    for service in (self.completer, self.heartbeat, self.sweeper, self.hooks):
+                    for service in (
+                        self.completer,
+                        self.heartbeat,
+                        self.sweeper,
+                        self.recoverer,
+                        self.hooks,
+                    ):
                         await services.start(service.run)
                     if self.scheduler is not None:
                         await services.start(self.scheduler.run)
                     await self._run_jobs()
                     await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
                     with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                        await self.recoverer.run_once()
                         await self.hooks.run_once()
                 services.cancel_scope.cancel()
         finally:

@@ -25,22 +25,18 @@ Many daemons may sweep at once: rows are taken with SKIP LOCKED, worker locks wi
 
 from __future__ import annotations
 
-import inspect
 import logging
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import assert_never
 
 import anyio
-import anyio.to_thread
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.models import Job
-from jobsd.recovery import AMBIGUOUS, Recovery
 from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire, cause_of
@@ -48,6 +44,7 @@ from jobsd.worker.clock import Clock
 from jobsd.worker.clockwatch import DbClockWatch, Reading
 from jobsd.worker.executor import failure
 from jobsd.worker.loop import pause, run_loop
+from jobsd.worker.recoverer import Recoverer, RecovererSettings
 from jobsd.worker.stats import DaemonStats
 
 __all__ = ["SweepCounts", "Sweeper", "SweeperSettings"]
@@ -83,7 +80,15 @@ class Sweeper:
         registry: Registry,
         stats: DaemonStats,
         on_failed: Callable[[Job], None],
+        recoverer: Recoverer | None = None,
     ) -> None:
+        self.recoverer = recoverer or Recoverer(
+            pool,
+            RecovererSettings(cfg.worker_id, cfg.recover_timeout_s),
+            clock,
+            registry,
+            on_failed,
+        )
         self.pool = pool
         self.cfg = cfg
         self.clock = clock
@@ -156,53 +161,9 @@ class Sweeper:
         return self._count(settled)
 
     async def _recover(self, job: Job) -> Job:
-        """Ask the type's recover hook what became of a job whose owner died; apply it.
-
-        The job is already ``recovery_required``: a hook that fails, hangs (30 s) or
-        answers ``AMBIGUOUS`` leaves it there for an operator (``jobsd resolve``).
-        """
-        spec = self.registry.get(job.type)
-        if spec is None or spec.recover is None:
-            return job
-        hook = spec.recover
-        answer: Recovery = AMBIGUOUS
-        try:
-            with anyio.fail_after(self.cfg.recover_timeout_s):
-                if inspect.iscoroutinefunction(hook):
-                    answer = await hook(job)
-                else:
-                    result = await anyio.to_thread.run_sync(hook, job)
-                    answer = await result if inspect.isawaitable(result) else result
-            if not isinstance(answer, Recovery):
-                raise TypeError(f"recover hook returned {answer!r}, not a Recovery")
-        except Exception:
-            log.error("job.recover_failed", extra={"job_id": str(job.id)}, exc_info=True)
-            return job
-        match answer.action:
-            case "ambiguous":
-                log.info("job.recovery_required", extra={"job_id": str(job.id)})
-                return job
-            case "succeeded":
-                status, reason, error = "succeeded", "recovered_after_publish", None
-            case "rerun":
-                if job.attempts < spec.max_attempts:
-                    status, reason, error = "queued", "recovered: rerun", None
-                else:
-                    status, reason = "failed", "max attempts exceeded"
-                    error = "max attempts exceeded"
-            case _:
-                assert_never(answer.action)
-        async with acquire(self.pool, "recover") as conn:
-            written = await queries.resolve_job(
-                conn,
-                job.id,
-                status=status,
-                reason=reason,
-                actor=self.cfg.worker_id,
-                report=answer.report,
-                error=error,
-            )
-        return written or job
+        """Ask the type's recover hook what became of a job whose owner died; apply it
+        (``recoverer.py``)."""
+        return await self.recoverer.recover(job)
 
     def _count(self, jobs: list[Job]) -> SweepCounts:
         counts: SweepCounts = Counter()

@@ -103,8 +103,12 @@ SELECT
    WHERE p.database = current_database()) AS oldest_prepared_xact_age_s,
   -- share of the cluster's NOTIFY queue in use: a listener stuck in a transaction
   -- holds it; at 1.0 every enqueue that notifies fails
-  pg_notification_queue_usage() AS notify_queue_usage
+  pg_notification_queue_usage() AS notify_queue_usage,
+  -- liveness per job (migration 0015): the oldest running job's age and time since
+  -- its last progress, and the recovery_required backlog, every org's
+  r.oldest_running_age_s, r.oldest_running_idle_s, r.recovery_required
 FROM pg_stat_user_tables AS s
+CROSS JOIN jobsd.running_health() AS r
 WHERE s.relid = 'jobsd.jobs'::regclass;
 
 -- name: api_ping

@@ -347,14 +347,16 @@ RETURNING j.*;
 
 -- name: jobs_resolve
 -- Settle a recovery_required job (a recover hook's answer, or an operator's):
--- succeeded, failed or queued again. Any other current state is left alone.
+-- succeeded, failed, cancelled (a job cancelled while running whose work was not
+-- done) or queued again. Any other current state is left alone.
 UPDATE jobsd.jobs
 SET status = %(status)s, reason = %(reason)s,
     report = coalesce(%(report)s::jsonb, report),
     error = CASE %(status)s WHEN 'failed' THEN coalesce(%(error)s, error)
                             WHEN 'succeeded' THEN NULL ELSE error END,
-    finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN now() END,
-    dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN NULL ELSE dedup_key END
+    finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled') THEN now() END,
+    dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE dedup_key END
 WHERE id = %(id)s AND status = 'recovery_required'
 RETURNING *;
 

@@ -115,6 +115,8 @@ GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
 GRANT INSERT ON jobsd.jobs TO {worker};
 GRANT SELECT, INSERT, UPDATE ON jobsd.schedules TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.schedule_ticks TO {worker};
+-- a daemon claims the on_fail hook of a failed job by inserting its row
+GRANT SELECT, INSERT ON jobsd.fail_hooks TO {worker};
 
 -- name: roles_grant_functions
 -- Start from nothing on every function, then grant what each role needs; EXECUTE

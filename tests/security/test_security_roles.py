@@ -117,6 +117,9 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "job_types:SELECT",
         "job_types:INSERT",
         "job_types:UPDATE",
+        # 0015: a daemon claims a failed job's on_fail hook by inserting its row
+        "fail_hooks:SELECT",
+        "fail_hooks:INSERT",
     }
     # functions PUBLIC may not run: queue administration for the admin role (and the
     # API's role, a member of it), never queue_drop (the owner's); the token lookup

@@ -228,7 +228,7 @@ async def test_runner_completer_and_hooks_see_a_job_through(
     clock = ManualClock()
     stats = DaemonStats()
     holdings = Holdings(2, clock)
-    hooks = FailHooks(HooksSettings(), clock, registry)
+    hooks = FailHooks(pool, HooksSettings(worker_id=WORKER), clock, registry)
     completer = Completer(
         pool, CompleterSettings(worker_id=WORKER), clock, holdings, stats, Waker(), hooks.submit
     )
