@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     poll_interval: Duration = 1.5
     """Mean time between polls; each wait is jittered to 2/3..4/3 of it (1-2 s by default)."""
 
-    stall_after: Duration = 120.0
+    outcome_stall_after: Duration = 120.0
     """The daemon counts as unhealthy (no watchdog ping) when outcomes have waited this
     long without any being written."""
 

@@ -246,9 +246,9 @@ class Daemon:
         return True
 
     def making_progress(self) -> bool:
-        """Say whether outcomes get written: none has waited past ``JOBSD_STALL_AFTER``
+        """Say whether outcomes get written: none has waited past ``JOBSD_OUTCOME_STALL_AFTER``
         without a write settling any (for the watchdog and /readyz)."""
-        return not self.completer.stalled(self.settings.stall_after)
+        return not self.completer.stalled(self.settings.outcome_stall_after)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""

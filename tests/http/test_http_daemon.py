@@ -168,7 +168,7 @@ async def test_readiness_includes_the_daemon_listen_connection(db_url: str) -> N
                     "daemon_progress": True,
                 },
             }
-            # issue 12: outcomes waiting unwritten past JOBSD_STALL_AFTER: not ready
+            # issue 12: outcomes waiting unwritten past JOBSD_OUTCOME_STALL_AFTER: not ready
             daemon.completer.stalled = lambda bound_s: True  # type: ignore[method-assign]
             r = await api.client.get("/readyz")
             assert r.status_code == 503 and r.json()["checks"]["daemon_progress"] is False
