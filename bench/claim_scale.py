@@ -108,6 +108,8 @@ def explain(url: str) -> str:
         "keep_dedup_types": [],
         "limit_types": [],
         "limit_values": [],
+        "types": None,
+        "free": None,
     }
     text = load_queries()["jobs_claim_batch"]
     with psycopg.connect(url) as conn:

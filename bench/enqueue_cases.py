@@ -118,6 +118,7 @@ def _pgbench_script() -> str:
         "run_after": "NULL",
         "priority": "0",
         "concurrency_key": "NULL",
+        "trace_context": "NULL",
         "blocked": "false",
     }.items():
         text = text.replace(f"%({name})s", literal)

@@ -285,7 +285,8 @@ def headline(lines: list[dict[str, Any]]) -> list[str]:
         f"{fig('T7a', 'detected_during_outage')}, T7b {fig('T7b', 'detected_during_outage')} "
         f"(the cut daemon's first warning: {fig('T7a', 'detection_s')} / "
         f"{fig('T7b', 'detection_s')} s after the cut; '-': none at all, its statements "
-        "simply waited for the link): see the findings.",
+        f"simply waited for the link); a blackhole alone (T7-detect): "
+        f"{fig('T7-detect', 'detection_s')} s.",
         f"- **Pickup latency with NOTIFY lost** (T8, 2 s poll): p99 "
         f"{fig('T8', 'pickup_p99_after_kill_s')} s after the LISTEN session was killed, "
         f"{fig('T8', 'pickup_p99_notify_off_s')} s with NOTIFY off.",

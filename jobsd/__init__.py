@@ -9,10 +9,17 @@ Handle in the daemon (``JOBSD_HANDLERS=myapp.jobs jobsd run``)::
     @jobsd.handler("import_csv", max_attempts=3)
     async def import_csv(ctx: jobsd.JobContext) -> dict[str, int]:
         ...
+
+Run it every night in the daemon's scheduler (``docs/periodic.md``)::
+
+    @jobsd.periodic("30 2 * * *", type="purge", org_id="acme", timezone="Europe/Paris")
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import weakref
 from importlib import metadata
 from typing import Any, Unpack
 
@@ -29,6 +36,7 @@ from jobsd.errors import (
 )
 from jobsd.jobspec import EnqueueOptions
 from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.periodic import periodic
 from jobsd.recovery import Recovery
 from jobsd.registry import handler
 from jobsd.retry import RetryPolicy, exponential_backoff
@@ -54,10 +62,13 @@ __all__ = [
     "SyncClient",
     "UnknownQueue",
     "__version__",
+    "aclose",
+    "close",
     "enqueue",
     "enqueue_sync",
     "exponential_backoff",
     "handler",
+    "periodic",
 ]
 
 try:
@@ -65,8 +76,53 @@ try:
 except metadata.PackageNotFoundError:  # a checkout that was never installed
     __version__ = "0+unknown"
 
-_async_client: Client | None = None
+# The default clients of ``enqueue`` and ``enqueue_sync``: one async client per event
+# loop (a pool belongs to its loop; each is closed when its loop ends), one sync client
+# per process (closed at exit). ``aclose()`` / ``close()`` close them earlier.
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
+    weakref.WeakKeyDictionary()
+)
 _sync_client: SyncClient | None = None
+_sync_lock = threading.Lock()
+
+
+def _default_client() -> Client:
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        client = _async_clients[loop] = Client()
+    return client
+
+
+def _default_sync_client() -> SyncClient:
+    global _sync_client
+    with _sync_lock:
+        if _sync_client is None:
+            _sync_client = SyncClient()
+        return _sync_client
+
+
+async def aclose() -> None:
+    """Close the default async client of the running event loop (``jobsd.enqueue``'s).
+
+    Optional: it is closed when its loop ends anyway. A later ``enqueue`` opens a new one.
+    """
+    client = _async_clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.close()
+
+
+def close() -> None:
+    """Close the default sync client (``jobsd.enqueue_sync``'s).
+
+    Optional: it is closed at interpreter exit anyway. A later ``enqueue_sync`` opens
+    a new one.
+    """
+    global _sync_client
+    with _sync_lock:
+        client, _sync_client = _sync_client, None
+    if client is not None:
+        client.close()
 
 
 async def enqueue(
@@ -83,10 +139,7 @@ async def enqueue(
     run_after, job_id, priority, concurrency_key, depends_on). With ``conn``, the job
     is inserted in the caller's transaction instead.
     """
-    global _async_client
-    if _async_client is None:
-        _async_client = Client()
-    return await _async_client.enqueue(type, payload, org_id=org_id, conn=conn, **options)
+    return await _default_client().enqueue(type, payload, org_id=org_id, conn=conn, **options)
 
 
 def enqueue_sync(
@@ -98,7 +151,4 @@ def enqueue_sync(
     **options: Unpack[EnqueueOptions],
 ) -> Job:
     """Enqueue a job from synchronous code; see ``SyncClient.enqueue``."""
-    global _sync_client
-    if _sync_client is None:
-        _sync_client = SyncClient()
-    return _sync_client.enqueue(type, payload, org_id=org_id, conn=conn, **options)
+    return _default_sync_client().enqueue(type, payload, org_id=org_id, conn=conn, **options)

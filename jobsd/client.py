@@ -8,8 +8,14 @@ and the queue administration of ``jobsd.admin.queues`` on the client's pool.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import builtins
+import logging
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any, Self, TypeVar, Unpack
 
 from jobsd.admin.queues import (
@@ -21,22 +27,54 @@ from jobsd.admin.queues import (
     resume_queue,
     set_queue_limits,
 )
-from jobsd.errors import ConfigError, JobNotFound
+from jobsd.errors import ConfigError, JobNotFound, JobsdError
 from jobsd.jobspec import EnqueueOptions, JobSpec
-from jobsd.models import Job, JobEvent, QueueInfo
+from jobsd.models import Job, JobEvent, JobStatus, QueueInfo
 from jobsd.settings import Settings
 from jobsd.store import enqueue as store_enqueue
-from jobsd.store import queries
+from jobsd.store import jobs_ops, queries
 from jobsd.store.connect import make_async_pool, make_sync_pool
 from jobsd.store.db import AsyncConn, AsyncPool, SyncConn, SyncPool, acquire, acquire_sync
+from jobsd.store.jobs_ops import CancelOutcome, Cursor, JobPage
 
-__all__ = ["Client", "EnqueueOptions", "JobSpec", "SyncClient"]
+__all__ = [
+    "CancelOutcome",
+    "Client",
+    "Cursor",
+    "EnqueueOptions",
+    "JobPage",
+    "JobSpec",
+    "SyncClient",
+]
+
+# who the history names for the operations of a client, unless told otherwise
+_ACTOR = "client"
 
 T = TypeVar("T")
 P = TypeVar("P")
 
 # connections of the client's pool; a pool timeout of 2 s answers "unavailable" fast
 _POOL_TIMEOUT_S = 2.0
+
+
+_exiting = False
+
+
+def _not_a_cancellation(record: logging.LogRecord) -> bool:
+    """Drop psycopg_pool's warnings about what an exit does on purpose.
+
+    At a loop's end every task is cancelled, a connection in flight included ("error
+    connecting in 'client': ", with an empty message); at interpreter exit a pool
+    thread blocked in a connection to an unreachable server is left behind ("couldn't
+    stop thread"). Neither is a failure worth printing as the program ends.
+    """
+    args = record.args if isinstance(record.args, tuple) else ()
+    if any(isinstance(a, asyncio.CancelledError) for a in args):
+        return False
+    return not (_exiting and str(record.msg).startswith(("couldn't stop thread", "hint:")))
+
+
+logging.getLogger("psycopg.pool").addFilter(_not_a_cancellation)
 
 
 def _own_pool(make: Callable[..., P], database_url: str | None, settings: Settings) -> P:
@@ -54,14 +92,24 @@ class Client:
 
     Use as ``async with Client(url) as client``; the pool opens lazily on first use too.
     The URL must pass the TLS policy (``JOBSD_ALLOW_INSECURE`` for plaintext TCP).
+
+    The pool belongs to the event loop that opened it. A client left open is closed
+    when that loop ends (``asyncio.run`` returning): a task of the client's waits for
+    the loop's final cancellation and closes the pool then, which also stops any pool
+    worker caught in the middle of a connection (psycopg_pool's workers survive one
+    cancellation and would keep ``asyncio.run`` from returning). After ``close()`` the
+    client may be used again: it opens a new pool.
     """
 
     def __init__(
         self, database_url: str | None = None, *, settings: Settings | None = None
     ) -> None:
         self.settings = settings or Settings()
+        self._url = database_url
         self._pool: AsyncPool = _own_pool(make_async_pool, database_url, self.settings)
         self._opened = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closer: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Self:
         await self._open()
@@ -70,16 +118,47 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        """Say whether the pool is closed (a closed client opens a new one when used)."""
+        return not self._opened
+
     async def _open(self) -> None:
-        if not self._opened:
-            await self._pool.open()
-            self._opened = True
+        loop = asyncio.get_running_loop()
+        if self._opened:
+            if loop is not self._loop:
+                raise JobsdError(
+                    "this jobsd Client was opened in another event loop: use one client per "
+                    "loop (jobsd.enqueue keeps one per loop), or close it first"
+                )
+            return
+        await self._pool.open()
+        self._opened = True
+        self._loop = loop
+        self._closer = loop.create_task(self._close_at_loop_end(), name="jobsd-client-closer")
+
+    async def _close_at_loop_end(self) -> None:
+        """Wait until cancelled; cancelled by the loop's end (not by ``close``), close."""
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            if self._closer is asyncio.current_task():
+                self._closer = None
+                await self._close_pool()
+            raise
 
     async def close(self) -> None:
-        """Close the pool."""
+        """Close the pool (idempotent). The client may be used again: it opens a new one."""
+        closer, self._closer = self._closer, None
+        if closer is not None and closer is not asyncio.current_task():
+            closer.cancel()
+        await self._close_pool()
+
+    async def _close_pool(self) -> None:
         if self._opened:
-            await self._pool.close()
             self._opened = False
+            pool, self._pool = self._pool, _own_pool(make_async_pool, self._url, self.settings)
+            await pool.close()
 
     async def _run(self, operation: str, work: Callable[[AsyncConn], Awaitable[T]]) -> T:
         """Run ``work(conn)`` on a pooled connection."""
@@ -147,6 +226,109 @@ class Client:
             f"read of history of job {key}", lambda conn: queries.get_job_events(conn, key)
         )
 
+    # Operations on existing jobs: the same as the CLI's and the HTTP API's
+    # (jobsd.store.jobs_ops). ``org_id`` limits each to one org's jobs.
+
+    def _database_url(self) -> str:
+        url = self._url or self.settings.database_url
+        if not url:
+            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        return url
+
+    async def cancel(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        reason: str = "cancelled by client",
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> CancelOutcome:
+        """Cancel a job that has not started, or ask the owner of a running one to cancel it.
+
+        ``action`` is ``cancelled``, ``requested`` (running: its handler stops within a
+        heartbeat) or ``none`` (already ended, or awaiting recovery: ``job`` says which).
+        Idempotent. Raises JobNotFound.
+        """
+        key = uuid.UUID(str(job_id))
+        done = await self._run(
+            f"cancel of job {key}",
+            lambda conn: jobs_ops.cancel_job(conn, key, actor=actor, reason=reason, org_id=org_id),
+        )
+        if done.job is None:
+            raise JobNotFound(job_id)
+        return done
+
+    async def wait(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        timeout_s: float | None = None,
+        org_id: str | None = None,
+    ) -> Job:
+        """Wait until the job ends (succeeded, failed or cancelled) and return it.
+
+        Woken by the database's notification of the end (``LISTEN jobsd_done`` on a
+        connection of its own for the wait), never by polling. After ``timeout_s``
+        (None: no limit) the job is returned as it is: check ``job.status.terminal``.
+        Raises JobNotFound, BackendUnavailable.
+        """
+        key = uuid.UUID(str(job_id))
+        return await jobs_ops.wait_job(
+            self._database_url(), key, timeout_s=timeout_s, org_id=org_id
+        )
+
+    async def list(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        type: str | None = None,
+        queue: str | None = None,
+        org_id: str | None = None,
+        since: datetime | None = None,
+        after: Cursor | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        """List jobs newest first (``limit`` at most, 1..1000), filtered; pass the
+        page's ``next`` as ``after`` for the next page (None: it was the last).
+
+        ``since`` (aware) keeps jobs created at or after it. Raises ValueError for a
+        bad filter.
+        """
+        return await self._run(
+            "listing of jobs",
+            lambda conn: jobs_ops.list_jobs(
+                conn,
+                status=status,
+                type=type,
+                queue=queue,
+                org_id=org_id,
+                since=since,
+                after=after,
+                limit=limit,
+            ),
+        )
+
+    async def retry(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        force: bool = False,
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> Job:
+        """Give a failed or cancelled job a new attempt; return it, queued again.
+
+        Recorded in the job's history (reason ``retry``, the actor); attempts keep
+        counting. Refused (RetryRefused, nothing changed) for a job that has not
+        ended, for an ``at_most_once`` type unless ``force``, and while a job it
+        depends on has not succeeded. Raises JobNotFound.
+        """
+        key = uuid.UUID(str(job_id))
+        return await self._run(
+            f"retry of job {key}",
+            lambda conn: jobs_ops.retry_job(conn, key, actor=actor, force=force, org_id=org_id),
+        )
+
     # Queue administration: see jobsd.admin.queues (and docs/queues.md) for the semantics.
 
     async def create_queue(self, name: str, **limits: Unpack[QueueLimits]) -> QueueInfo:
@@ -165,7 +347,7 @@ class Client:
             lambda conn: set_queue_limits(conn, name, **changes),
         )
 
-    async def list_queues(self) -> list[QueueInfo]:
+    async def list_queues(self) -> builtins.list[QueueInfo]:
         """Return every declared queue with its open jobs by state (every org's)."""
         return await self._run("listing of the queues", list_queues)
 
@@ -186,14 +368,21 @@ class Client:
 
 
 class SyncClient:
-    """Enqueue and read jobs from synchronous code (scripts, WSGI apps, threads)."""
+    """Enqueue and read jobs from synchronous code (scripts, WSGI apps, threads).
+
+    Use as ``with SyncClient(url) as client``; a client left open is closed at
+    interpreter exit (``atexit``), before the pool's threads and the modules go, so
+    the exit is quiet. After ``close()`` the client may be used again.
+    """
 
     def __init__(
         self, database_url: str | None = None, *, settings: Settings | None = None
     ) -> None:
         self.settings = settings or Settings()
+        self._url = database_url
         self._pool: SyncPool = _own_pool(make_sync_pool, database_url, self.settings)
         self._opened = False
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Self:
         self._open()
@@ -202,16 +391,30 @@ class SyncClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open(self) -> None:
-        if not self._opened:
-            self._pool.open()
-            self._opened = True
+    @property
+    def closed(self) -> bool:
+        """Say whether the pool is closed (a closed client opens a new one when used)."""
+        return not self._opened
 
-    def close(self) -> None:
-        """Close the pool."""
+    def _open(self) -> None:
         if self._opened:
-            self._pool.close()
-            self._opened = False
+            return
+        with self._lock:
+            if not self._opened:
+                self._pool.open()
+                self._opened = True
+                _open_sync_pools.add(self._pool)
+
+    def close(self, *, timeout_s: float = 5.0) -> None:
+        """Close the pool (idempotent), waiting up to ``timeout_s`` for its threads.
+
+        The client may be used again: it opens a new pool.
+        """
+        with self._lock:
+            if self._opened:
+                self._opened = False
+                pool, self._pool = self._pool, _own_pool(make_sync_pool, self._url, self.settings)
+                _close_sync_pool(pool, timeout_s)
 
     def enqueue(
         self,
@@ -251,3 +454,112 @@ class SyncClient:
         self._open()
         with acquire_sync(self._pool, f"read of history of job {key}") as conn:
             return queries.get_job_events_sync(conn, key)
+
+    def _database_url(self) -> str:
+        url = self._url or self.settings.database_url
+        if not url:
+            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+        return url
+
+    def _run(self, operation: str, work: Callable[[SyncConn], T]) -> T:
+        """Run ``work(conn)`` on a pooled connection."""
+        self._open()
+        with acquire_sync(self._pool, operation) as conn:
+            return work(conn)
+
+    def cancel(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        reason: str = "cancelled by client",
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> CancelOutcome:
+        """Cancel a job, or request the cancel of a running one; see ``Client.cancel``."""
+        key = uuid.UUID(str(job_id))
+        done = self._run(
+            f"cancel of job {key}",
+            lambda conn: jobs_ops.cancel_job_sync(
+                conn, key, actor=actor, reason=reason, org_id=org_id
+            ),
+        )
+        if done.job is None:
+            raise JobNotFound(job_id)
+        return done
+
+    def wait(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        timeout_s: float | None = None,
+        org_id: str | None = None,
+    ) -> Job:
+        """Wait until the job ends, or ``timeout_s``; see ``Client.wait``."""
+        key = uuid.UUID(str(job_id))
+        return jobs_ops.wait_job_sync(self._database_url(), key, timeout_s=timeout_s, org_id=org_id)
+
+    def list(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        type: str | None = None,
+        queue: str | None = None,
+        org_id: str | None = None,
+        since: datetime | None = None,
+        after: Cursor | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        """List jobs newest first, filtered, one page; see ``Client.list``."""
+        return self._run(
+            "listing of jobs",
+            lambda conn: jobs_ops.list_jobs_sync(
+                conn,
+                status=status,
+                type=type,
+                queue=queue,
+                org_id=org_id,
+                since=since,
+                after=after,
+                limit=limit,
+            ),
+        )
+
+    def retry(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        force: bool = False,
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> Job:
+        """Give a failed or cancelled job a new attempt; see ``Client.retry``."""
+        key = uuid.UUID(str(job_id))
+        return self._run(
+            f"retry of job {key}",
+            lambda conn: jobs_ops.retry_job_sync(
+                conn, key, actor=actor, force=force, org_id=org_id
+            ),
+        )
+
+
+# The open pools of sync clients, held here: a client dropped without close() keeps
+# its pool (idle connections) until exit, when one atexit hook closes it while the
+# pool's threads and the modules they use are still there. Without this, the garbage
+# collector may finalize the pool in one of its own threads, which fails noisily
+# ("cannot join current thread").
+_open_sync_pools: set[SyncPool] = set()
+
+
+def _close_sync_pool(pool: SyncPool, timeout_s: float) -> None:
+    _open_sync_pools.discard(pool)
+    pool.close(timeout=timeout_s)
+
+
+@atexit.register
+def _close_sync_pools_at_exit() -> None:
+    global _exiting
+    _exiting = True
+    for pool in list(_open_sync_pools):
+        # a pool thread stuck connecting to an unreachable server is a daemon thread:
+        # do not hold the exit for it
+        _close_sync_pool(pool, 0.5)

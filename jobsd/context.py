@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Generator
 from typing import Any
 
 from jobsd.jsonsafe import encode_object
 
-__all__ = ["JobContext"]
+__all__ = ["JobContext", "ProgressTooLarge"]
+
+
+class ProgressTooLarge(ValueError):
+    """A handler recorded more progress than ``JOBSD_MAX_PROGRESS_BYTES``: the job fails."""
 
 
 class _Done:
@@ -46,6 +51,7 @@ class JobContext:
         checkpoint: dict[str, Any] | None,
         priority: int = 0,
         concurrency_key: str | None = None,
+        max_progress_bytes: int | None = None,
     ) -> None:
         self.id = id
         self.type = type
@@ -62,6 +68,11 @@ class JobContext:
         # that write finds the job no longer running and the final write must carry them
         self._sending: dict[str, Any] = {}
         self._cancelled = threading.Event()
+        self.max_progress_bytes = max_progress_bytes
+        self.progress_too_large: str | None = None
+        """set when a ``progress`` call went over the cap: the run fails with it"""
+        self.last_activity = time.monotonic()
+        """when the run started or last reported progress (``time.monotonic``)"""
 
     @property
     def cancelled(self) -> bool:
@@ -95,8 +106,18 @@ class JobContext:
         # keep a copy: the handler may go on mutating the objects it passed
         fields = json.loads(encode_object(fields, what="progress", max_bytes=None))
         with self._lock:
+            if self.max_progress_bytes is not None:
+                merged = {**self.checkpoint, **fields}
+                size = len(encode_object(merged, what="progress", max_bytes=None).encode())
+                if size > self.max_progress_bytes:
+                    self.progress_too_large = (
+                        f"progress too large: {size} bytes, over the limit of "
+                        f"{self.max_progress_bytes} bytes"
+                    )
+                    raise ProgressTooLarge(self.progress_too_large)
             self._pending.update(fields)
             self.checkpoint.update(fields)
+            self.last_activity = time.monotonic()
         return _DONE
 
     def take_pending(self) -> dict[str, Any] | None:

@@ -16,14 +16,17 @@ __all__ = [
     "JobNotFound",
     "JobsdError",
     "MigrationError",
+    "OrgQuotaExceeded",
     "OutcomeUnknown",
     "PayloadTooLarge",
     "QueueExists",
     "QueueFull",
     "QueueNotEmpty",
+    "RetryRefused",
     "TransientConflict",
     "UnknownDependency",
     "UnknownQueue",
+    "UnknownSchedule",
 ]
 
 
@@ -53,6 +56,14 @@ class UnknownQueue(JobsdError, LookupError):
     def __init__(self, queue: str) -> None:
         super().__init__(f"unknown queue {queue!r}: declare it first")
         self.queue = queue
+
+
+class UnknownSchedule(JobsdError, LookupError):
+    """No schedule has this id (schedules are declared by the daemons that run them)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"unknown schedule {schedule_id!r}")
+        self.schedule_id = schedule_id
 
 
 class JobNotFound(JobsdError, LookupError):
@@ -104,6 +115,23 @@ class QueueFull(JobsdError):
         self.capacity = capacity
 
 
+class OrgQuotaExceeded(QueueFull):
+    """The org holds its ``org_open_limit`` of open jobs in the queue: nothing inserted.
+
+    A QueueFull of one org: other orgs may still enqueue into the queue.
+    """
+
+    def __init__(self, queue: str, limit: int | None = None) -> None:
+        JobsdError.__init__(
+            self,
+            f"this org holds its quota of open jobs in queue {queue!r}"
+            + (f" ({limit})" if limit is not None else "")
+            + ": retry once some of them finished",
+        )
+        self.queue = queue
+        self.capacity = limit
+
+
 class UnknownDependency(JobsdError, LookupError):
     """A job named in ``depends_on`` does not exist (or belongs to another org)."""
 
@@ -131,3 +159,21 @@ class QueueNotEmpty(JobsdError):
         )
         self.queue = queue
         self.open_jobs = open_jobs
+
+
+class RetryRefused(JobsdError):
+    """A retry was refused: nothing changed. ``why`` is ``not_ended`` (the job is not
+    failed or cancelled), ``at_most_once`` (its type may not run twice; force it) or
+    ``dependency`` (a job it depends on has not succeeded)."""
+
+    def __init__(self, job_id: object, why: str, status: str | None = None) -> None:
+        messages = {
+            "not_ended": f"it is {status}: only a failed or cancelled job can be retried",
+            "at_most_once": "its type is at_most_once, a new run may repeat what the last "
+            "one did: retry with force (--force) if that is safe",
+            "dependency": "a job it depends on has not succeeded: retry that one first",
+        }
+        super().__init__(f"retry of job {job_id} refused: {messages.get(why, why)}")
+        self.job_id = job_id
+        self.why = why
+        self.status = status

@@ -16,6 +16,7 @@ from typing import Any, TypedDict, Unpack
 
 from jobsd.ids import uuid7
 from jobsd.jsonsafe import encode_object
+from jobsd.tracing import current_trace_context
 
 __all__ = ["MAX_DEPENDENCIES", "PRIORITY_MAX", "PRIORITY_MIN", "EnqueueOptions", "JobSpec"]
 
@@ -59,6 +60,8 @@ class JobSpec:
     priority: int = 0
     concurrency_key: str | None = None
     depends_on: tuple[uuid.UUID, ...] = ()
+    trace_context: str | None = None
+    """the caller's W3C trace context as JSON (jobsd.tracing), None without OpenTelemetry"""
 
     @classmethod
     def build(
@@ -79,10 +82,14 @@ class JobSpec:
             unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
             if unknown:
                 raise TypeError(f"unknown enqueue option {unknown[0]!r}")
-        if not type:
-            raise ValueError("job type must be a non-empty string")
-        if not org_id:
-            raise ValueError("org_id must be a non-empty string")
+        # the database's CHECKs (migration 0011), refused here before any SQL
+        if not type or len(type) > 200:
+            raise ValueError("job type must be a non-empty string of at most 200 characters")
+        if not org_id or len(org_id.encode("utf-8", "surrogatepass")) > 255:
+            raise ValueError("org_id must be a non-empty string of at most 255 bytes")
+        dedup_key = options.get("dedup_key")
+        if dedup_key is not None and len(dedup_key) > 512:
+            raise ValueError("dedup_key must be at most 512 characters")
         run_after = options.get("run_after")
         if run_after is not None and run_after.tzinfo is None:
             raise ValueError("run_after must be timezone-aware")
@@ -122,6 +129,7 @@ class JobSpec:
             priority=priority,
             concurrency_key=concurrency_key,
             depends_on=deps,
+            trace_context=current_trace_context(),
         )
 
     @property
@@ -141,6 +149,7 @@ class JobSpec:
             "run_after": self.run_after,
             "priority": self.priority,
             "concurrency_key": self.concurrency_key,
+            "trace_context": self.trace_context,
             "blocked": blocked,
         }
 

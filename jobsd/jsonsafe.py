@@ -19,7 +19,20 @@ _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
 
-__all__ = ["ERROR_MAX_BYTES", "cap_error", "encode_object", "storable_json", "storable_text"]
+__all__ = [
+    "ERROR_MAX_BYTES",
+    "MAX_JSON_DEPTH",
+    "cap_error",
+    "check_depth",
+    "encode_object",
+    "storable_json",
+    "storable_text",
+]
+
+# Nesting deeper than this is refused before any SQL: jobsd must be able to read back
+# and serialize whatever it stores (the API's serializer stops far sooner than
+# Postgres's own limits). The top-level object counts as one level.
+MAX_JSON_DEPTH = 64
 
 # the CHECK on jobsd.jobs.error: longer text goes into the report
 ERROR_MAX_BYTES = 2048
@@ -34,6 +47,7 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
     """
     if not isinstance(value, dict):
         raise InvalidPayload(f"{what} must be a JSON object, not {type(value).__name__}")
+    check_depth(value, what=what)
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except ValueError as exc:
@@ -51,6 +65,25 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
     if max_bytes is not None and size > max_bytes:
         raise PayloadTooLarge(f"{what} is {size} bytes, over the limit of {max_bytes} bytes")
     return text
+
+
+def check_depth(value: Any, *, what: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise InvalidPayload naming ``what`` when containers nest more than ``limit`` deep.
+
+    Iterative, so a value nested past the recursion limit is refused, not crashed on.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise InvalidPayload(f"{what} is nested more than {limit} levels deep")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def storable_text(text: str) -> str:

@@ -1,7 +1,8 @@
 """Log to stderr, one line per event: ``level event key=value ...`` or one JSON object.
 
-journald adds the time; the message is a stable event name and the details come from
-``extra``.
+journald adds the time to text lines; JSON lines carry their own ``ts`` (UTC, ISO 8601
+with milliseconds), since they usually go to a log shipper rather than journald. The
+message is a stable event name and the details come from ``extra``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = ["setup_logging"]
@@ -33,10 +35,11 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """Format one JSON object per line."""
+    """Format one JSON object per line, starting with its time (``ts``)."""
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "event": record.getMessage(),
             "logger": record.name,

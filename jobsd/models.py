@@ -13,6 +13,7 @@ __all__ = [
     "INITIAL_STATES",
     "OPEN_STATES",
     "QUEUE_NAME_PATTERN",
+    "RETRY_TRANSITIONS",
     "TERMINAL_STATES",
     "TRANSITIONS",
     "Job",
@@ -77,6 +78,16 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.CANCELLED: frozenset(),
 }
 
+# The one way out of a terminal state: an explicit retry (``jobsd retry``,
+# ``Client.retry``, ``POST /jobs/{id}/retry``) puts a failed or cancelled job back in
+# ``queued`` for a new attempt, recorded with reason ``retry``. Only the database
+# function ``jobsd.job_retry`` may make it (migration 0014); the machine above stays
+# as it is: nothing else ever leaves a terminal state.
+RETRY_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
+    JobStatus.CANCELLED: frozenset({JobStatus.QUEUED}),
+}
+
 
 # the columns every version of jobsd.jobs has (migration 0001), read as they are
 _JOB_COLUMNS = (
@@ -128,6 +139,8 @@ class Job:
     """lower runs first; FIFO within a priority (migration 0008)"""
     concurrency_key: str | None = None
     """jobs sharing a key run at most the key's limit at once (migration 0008)"""
+    trace_context: dict[str, str] | None = None
+    """the W3C trace context of the enqueue, with OpenTelemetry (migration 0014)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -138,6 +151,7 @@ class Job:
             cancel_requested_at=row.get("cancel_requested_at"),
             priority=row.get("priority", 0),
             concurrency_key=row.get("concurrency_key"),
+            trace_context=row.get("trace_context"),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -15,10 +15,19 @@ if TYPE_CHECKING:
     from jobsd.context import JobContext
     from jobsd.models import Job
 
-__all__ = ["DedupScope", "Delivery", "HandlerSpec", "Registry", "default_registry", "handler"]
+__all__ = [
+    "DedupScope",
+    "Delivery",
+    "HandlerSpec",
+    "Isolation",
+    "Registry",
+    "default_registry",
+    "handler",
+]
 
 DedupScope = Literal["queue", "active"]
 Delivery = Literal["at_least_once", "at_most_once"]
+Isolation = Literal["none", "process"]
 HandlerFunc = Callable[["JobContext"], Any]
 OnFail = Callable[["Job"], Awaitable[None] | None]
 Recover = Callable[["Job"], "Awaitable[Recovery] | Recovery"]
@@ -41,6 +50,10 @@ class HandlerSpec:
     recover: Recover | None = None
     # running jobs of one concurrency key at most; None: the queue's limit, else 1
     concurrency_limit: int | None = None
+    # None: the daemon's JOBSD_ISOLATION
+    isolation: Isolation | None = None
+    # seconds without progress after which a run is ended (None: JOBSD_STALL_AFTER)
+    stall_after_s: float | None = None
 
 
 class Registry:
@@ -106,6 +119,8 @@ def handler(
     retry: RetryPolicy | None = None,
     recover: Recover | None = None,
     concurrency_limit: int | None = None,
+    isolation: Isolation | None = None,
+    stall_after: float | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``type``.
@@ -119,6 +134,12 @@ def handler(
     ``jobsd.recovery.succeeded(report)``, ``AMBIGUOUS`` or ``RERUN``.
     ``concurrency_limit``: how many jobs of this type with the same
     ``concurrency_key`` may run at once (default: the queue's limit, else 1).
+    ``isolation="process"`` runs the type's jobs in child processes the daemon
+    supervises (the handler must be a module-level function; payload, result and
+    progress cross as JSON); ``"none"`` runs them in the daemon; unset follows
+    ``JOBSD_ISOLATION``. ``stall_after`` (seconds): a run that neither returns nor
+    reports progress for that long is ended as timed out, cause ``stalled`` (unset
+    follows ``JOBSD_STALL_AFTER``, default no limit).
     """
     if recover is not None and delivery != "at_most_once":
         raise ConfigError(f"recover of {type!r} needs delivery='at_most_once'")
@@ -141,6 +162,10 @@ def handler(
         raise ConfigError(f"timeout of {type!r} must be positive")
     if concurrency_limit is not None and concurrency_limit < 1:
         raise ConfigError(f"concurrency_limit of {type!r} must be at least 1")
+    if isolation not in (None, "none", "process"):
+        raise ConfigError(f"isolation of {type!r} must be 'none' or 'process'")
+    if stall_after is not None and stall_after <= 0:
+        raise ConfigError(f"stall_after of {type!r} must be positive")
 
     def register(func: F) -> F:
         (registry or default_registry).add(
@@ -156,6 +181,8 @@ def handler(
                 retry=retry,
                 recover=recover,
                 concurrency_limit=concurrency_limit,
+                isolation=isolation,
+                stall_after_s=stall_after,
             )
         )
         return func

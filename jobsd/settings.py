@@ -9,12 +9,37 @@ from __future__ import annotations
 import os
 import re
 import socket
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["Settings", "parse_duration"]
+__all__ = ["CREDENTIAL_DATABASE_URL", "Settings", "credential_database_url", "parse_duration"]
+
+# the systemd credential (LoadCredential=database_url:...) that holds the database URL
+CREDENTIAL_DATABASE_URL = "database_url"
+
+
+def credential_database_url() -> str | None:
+    """Return the database URL from the systemd credential ``database_url``, if any.
+
+    systemd puts a unit's credentials (``LoadCredential=``) in ``$CREDENTIALS_DIRECTORY``,
+    readable by the service alone and never in its environment, so handlers and their
+    children do not inherit the secret. Surrounding whitespace is dropped.
+    """
+    directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return None
+    path = Path(directory) / CREDENTIAL_DATABASE_URL
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the credential {path}: {exc}") from exc
+    return text or None
+
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -37,6 +62,9 @@ def _split_list(value: Any) -> Any:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+OptionalDuration = Annotated[
+    float | None, BeforeValidator(lambda v: None if v in (None, "") else parse_duration(v))
+]
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
 
 
@@ -50,13 +78,18 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBSD_", extra="ignore")
 
     database_url: str | None = None
-    """libpq URL or key=value string; unset means "no database configured"."""
+    """libpq URL or key=value string; unset means the systemd credential ``database_url``
+    (``$CREDENTIALS_DIRECTORY/database_url``), else "no database configured"."""
 
     handlers: CommaList = []
     """Modules to import at start; importing them registers their handlers."""
 
     queues: CommaList = []
     """Queues this daemon claims from; empty means every queue."""
+
+    unknown_types: Literal["leave", "fail"] = "leave"
+    """Jobs of a type this daemon has no handler for: ``leave`` them queued for a daemon
+    that has one (the claim skips them), or claim and ``fail`` them (``unknown type``)."""
 
     slots: int = Field(default=10, ge=1, le=10_000)
     """How many jobs one daemon runs at once."""
@@ -67,6 +100,10 @@ class Settings(BaseSettings):
 
     poll_interval: Duration = 1.5
     """Mean time between polls; each wait is jittered to 2/3..4/3 of it (1-2 s by default)."""
+
+    outcome_stall_after: Duration = 120.0
+    """The daemon counts as unhealthy (no watchdog ping) when outcomes have waited this
+    long without any being written."""
 
     stale_after: Duration = 600.0
     """A running job whose heartbeat is older than this is rescued by the sweeper."""
@@ -80,6 +117,13 @@ class Settings(BaseSettings):
     death_check_interval: Duration = 5.0
     """Time between checks for dead workers (their lock is free): their jobs are rescued."""
 
+    statement_timeout: Duration = 5.0
+    """How long a statement of the daemon's own services (claim, heartbeat, completion,
+    sweep) may run: the server cancels it then (the pass is retried). Without any
+    answer 1 s later the database is unreachable (a partition): ``db.no_answer`` is
+    logged; the daemon keeps waiting (a healed link answers at once) up to 6 times
+    this, at least 30 s, then drops the connection and retries on a new one."""
+
     progress_interval: Duration = 1.0
     """Progress reported by handlers is written at most this often, in one batch."""
 
@@ -92,6 +136,30 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(default=1_048_576, ge=2)
     """Largest accepted payload, in bytes of UTF-8 JSON."""
 
+    max_report_bytes: int = Field(default=1_048_576, ge=2)
+    """Largest report a handler may return, in bytes of UTF-8 JSON (else the job fails,
+    cause ``report too large``)."""
+
+    max_progress_bytes: int = Field(default=1_048_576, ge=2)
+    """Largest progress (all fields together) a handler may record, in bytes of UTF-8
+    JSON (else the job fails, cause ``progress too large``)."""
+
+    isolation: Literal["none", "process"] = "none"
+    """Where handlers of types that do not say run: ``none`` (in the daemon) or
+    ``process`` (supervised child processes)."""
+
+    stall_after: OptionalDuration = None
+    """A run that neither returns nor reports progress this long is ended (cause
+    ``stalled``); unset: no limit. A type's ``stall_after`` overrides it."""
+
+    kill_grace: Duration = 2.0
+    """How long an isolated handler's child has between SIGTERM and SIGKILL."""
+
+    fault: Literal["after_publish", "after_outcome_sent"] | None = None
+    """Test only: exit the daemon hard at this point (needs ``JOBSD_ALLOW_FAULTS=1``)."""
+
+    allow_faults: bool = False
+
     default_max_attempts: int = Field(default=1, ge=1)
     """max_attempts for a type the sweeper has no handler for."""
 
@@ -100,6 +168,21 @@ class Settings(BaseSettings):
 
     worker_id: str = Field(default_factory=_default_worker_id)
     """This daemon's identity in jobs.worker_id and job_events."""
+
+    scheduler: bool = True
+    """Run the scheduler of periodic jobs in this daemon (any number of daemons may)."""
+
+    schedules: str | None = None
+    """A TOML file of ``[[schedules]]`` tables, read and checked at start."""
+
+    schedule_grace: Duration = 60.0
+    """A tick older than this when a scheduler sees it was missed: its catch_up decides."""
+
+    schedule_catch_up_max: int = Field(default=100, ge=1)
+    """How many missed ticks ``catch_up="all"`` fires at most (per schedule, per pass)."""
+
+    scheduler_interval: Duration = 10.0
+    """Longest wait between scheduler passes (it also wakes at each schedule's next tick)."""
 
     log_level: str = "INFO"
     log_format: str = "text"
@@ -111,6 +194,29 @@ class Settings(BaseSettings):
         if value not in ("text", "json"):
             raise ValueError("log_format must be 'text' or 'json'")
         return value
+
+    @model_validator(mode="after")
+    def _url_from_credential(self) -> Settings:
+        # JOBSD_DATABASE_URL (or an explicit value) wins; else the systemd credential
+        if not self.database_url:
+            self.database_url = credential_database_url()
+        return self
+
+    @field_validator("stall_after")
+    @classmethod
+    def _positive_stall(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("stall_after must be positive")
+        return value
+
+    @model_validator(mode="after")
+    def _faults_allowed(self) -> Settings:
+        if self.fault is not None and not self.allow_faults:
+            raise ValueError(
+                f"JOBSD_FAULT={self.fault} is a test fault point: refused unless "
+                "JOBSD_ALLOW_FAULTS=1"
+            )
+        return self
 
     @property
     def effective_heartbeat_s(self) -> float:

@@ -51,6 +51,7 @@ def _literal_insert() -> str:
         "run_after": "NULL",
         "priority": "0",
         "concurrency_key": "NULL",
+        "trace_context": "NULL",
         "blocked": "false",
     }.items():
         text = text.replace(f"%({name})s", value)
@@ -69,6 +70,7 @@ def _many_insert() -> str:
         "run_afters": "array_fill(NULL::timestamptz, ARRAY[$3])",
         "priorities": "array_fill(0, ARRAY[$3])",
         "concurrency_keys": "array_fill(NULL::text, ARRAY[$3])",
+        "trace_contexts": "array_fill(NULL::jsonb, ARRAY[$3])",
     }.items():
         text = text.replace(f"%({name})s", value)
     return text
@@ -103,6 +105,8 @@ def drain_script(n: int, batch: int, rounds: int) -> str:
         "keep_dedup_types": "'{}'",
         "limit_types": "'{}'",
         "limit_values": "'{}'",
+        "types": "NULL",
+        "free": "NULL",
     }.items():
         claim = claim.replace(f"%({name})s", value)
     finish = _strip(q["jobs_finish_batch"]).rstrip(";").replace("%(results)s", "$1")

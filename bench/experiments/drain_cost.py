@@ -125,6 +125,8 @@ def run(url: str, jobs: int, batch: int, finish_returning: str = "j.*") -> dict[
             "keep_dedup_types": [],
             "limit_types": [],
             "limit_values": [],
+            "types": None,
+            "free": None,
         }
         c0, w0 = backend_cpu(conn), lsn(conn)
         done = 0

@@ -126,6 +126,7 @@ def _single_params(i: int) -> dict[str, Any]:
         "run_after": None,
         "priority": 0,
         "concurrency_key": None,
+        "trace_context": None,
         "blocked": False,
     }
 
@@ -141,6 +142,7 @@ def _many_params(lo: int, n: int) -> dict[str, Any]:
         "run_afters": [None] * n,
         "priorities": [0] * n,
         "concurrency_keys": [None] * n,
+        "trace_contexts": [None] * n,
     }
 
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import TypedDict, Unpack
+from collections.abc import Awaitable, Callable
+from typing import TypedDict, TypeVar, Unpack
 
 from jobsd.models import OPEN_STATES, QUEUE_NAME_PATTERN, QueueInfo
 from jobsd.store import queues as store
 from jobsd.store.db import AsyncConn
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -50,6 +53,8 @@ _LIMITS = {
     "capacity": (1, "open jobs at most"),
     "concurrency_limit": (1, "running jobs of one concurrency key at most"),
     "retention_days": (0, "days finished jobs are kept"),
+    "org_running_limit": (1, "running jobs of one org at most"),
+    "org_open_limit": (1, "open jobs of one org at most"),
 }
 
 
@@ -75,7 +80,7 @@ class QueueLimits(TypedDict, total=False):
 
 def _checked(limits: QueueLimits) -> dict[str, int | None]:
     """Check the limits given; leave out those left out or ``UNCHANGED``."""
-    unknown = sorted(set(limits) - set(_LIMITS))
+    unknown = sorted(set(limits) - set(QueueLimits.__annotations__))
     if unknown:
         raise TypeError(f"unknown queue limit {unknown[0]!r}")
     return {
@@ -122,9 +127,54 @@ async def set_queue_limits(conn: AsyncConn, name: str, **changes: Unpack[QueueLi
     return await store.set_limits(conn, check_queue_name(name), _checked(changes))
 
 
+async def as_actor(conn: AsyncConn, actor: str, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
+    """Run ``fn(conn)`` in one transaction whose changes the audit gives to ``actor``.
+
+    ``jobsd.admin_actions`` records every change of a queue with the database role and
+    this actor (e.g. ``token:<id>`` for the API's operator tokens).
+    """
+    async with conn.transaction():
+        await store.set_actor(conn, actor)
+        return await fn(conn)
+
+
+async def set_org_limits(
+    conn: AsyncConn,
+    name: str,
+    *,
+    org_running_limit: object = ...,
+    org_open_limit: object = ...,
+) -> None:
+    """Set the limits each org has on the queue (None removes one; left out: unchanged).
+
+    ``org_running_limit``: running jobs of one org at most (claims skip an org at its
+    limit). ``org_open_limit``: open jobs of one org at most (an enqueue beyond it is
+    refused with OrgQuotaExceeded). Raises UnknownQueue, ValueError for a bad limit.
+    """
+    changes = {
+        field: check_limit(field, value)
+        for field, value in (
+            ("org_running_limit", org_running_limit),
+            ("org_open_limit", org_open_limit),
+        )
+        if value is not ...
+    }
+    await store.set_org_limits(conn, check_queue_name(name), changes)
+
+
 async def list_queues(conn: AsyncConn) -> list[QueueInfo]:
     """Return every declared queue, by name, with its open jobs by state."""
     return await store.list_all(conn)
+
+
+async def unhandled_jobs(conn: AsyncConn) -> dict[str, dict[str, int]]:
+    """Count queued jobs of types no live daemon handles: queue -> type -> jobs."""
+    from jobsd.store.api import unhandled_jobs as count
+
+    found: dict[str, dict[str, int]] = {}
+    for queue, type_, jobs in await count(conn, timeout_s=10.0):
+        found.setdefault(queue, {})[type_] = jobs
+    return found
 
 
 async def get_queue(conn: AsyncConn, name: str) -> QueueInfo:

@@ -1,14 +1,22 @@
 """Create the least-privilege roles and grant each exactly what it needs on schema jobsd.
 
-Four login roles, named ``<prefix>_<kind>``:
+Six login roles, named ``<prefix>_<kind>``:
 
 - ``owner`` owns schema ``jobsd`` and everything in it: it runs ``jobsd migrate``,
-  ``jobsd token``, ``jobsd notify``. Row-level security does not apply to it.
-- ``enqueue`` (the application, the HTTP API) inserts jobs, reads them back with their
-  history and cancels them before they start, for the org set in ``jobsd.org_id``; it
-  may also administer queues (the API lets admin tokens only).
+  ``jobsd token``, ``jobsd notify``, ``jobsd queue drop``. Row-level security does not
+  apply to it.
+- ``enqueue`` (the application) inserts jobs, reads them back with their history and
+  cancels them before they start, for the org set in ``jobsd.org_id``. It administers
+  nothing.
 - ``worker`` (``jobsd run``) claims, updates and sweeps the jobs of every org.
 - ``read`` (dashboards, reporting) selects, for the org set in ``jobsd.org_id``.
+- ``admin`` (operators) creates, limits, pauses and resumes queues; never drops one.
+- ``api`` (the HTTP API, ``JOBSD_API_DATABASE_URL``): the enqueue role's rights, the
+  token lookup, and membership in ``admin`` for operator tokens.
+
+``enqueue``, ``read`` and ``api`` are trusted multi-tenant roles (``jobsd.role_orgs``
+with no org): they act for the org they set in ``jobsd.org_id``. A tenant's own login
+role is pinned to its org instead (``create_tenant_role``).
 
 Roles are cluster-wide, grants and policies are per database: ``create_roles`` works
 on the database of its URL, after ``jobsd migrate``, in one transaction, and may be
@@ -32,10 +40,14 @@ __all__ = [
     "RolesReport",
     "check_sees_all_orgs",
     "create_roles",
+    "create_tenant_role",
     "drop_roles",
 ]
 
-ROLE_KINDS = ("owner", "enqueue", "worker", "read")
+ROLE_KINDS = ("owner", "enqueue", "worker", "read", "admin", "api")
+# the roles that act for the org they set in jobsd.org_id
+TRUSTED_KINDS = ("enqueue", "read", "api")
+_ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 # attributes a jobsd role must not have (pg_roles column -> what to call it)
 _FORBIDDEN = {
@@ -49,12 +61,14 @@ _FORBIDDEN = {
 
 @dataclass(frozen=True, slots=True)
 class RoleNames:
-    """The four role names for one prefix."""
+    """The six role names for one prefix."""
 
     owner: str
     enqueue: str
     worker: str
     read: str
+    admin: str
+    api: str
 
     @classmethod
     def for_prefix(cls, prefix: str = "jobsd") -> RoleNames:
@@ -107,7 +121,7 @@ def _create(db: RoleStatements, names: RoleNames, passwords: Mapping[str, str]) 
     db.lock()
     report = RolesReport(names, _check_runner(db))
     state = db.schema_state()
-    if not state["migrated"] or not state["rls"]:
+    if not state["migrated"] or not state["rls"] or not state["has_role_orgs"]:
         raise ConfigError(
             f"schema jobsd in database {report.database!r} is not migrated: "
             "run `jobsd migrate` first"
@@ -130,7 +144,45 @@ def _create(db: RoleStatements, names: RoleNames, passwords: Mapping[str, str]) 
         db.grant_api_tokens(by_kind)
     db.default_privileges(by_kind)
     db.policies(by_kind, f"{names.worker}_all_orgs")
+    db.register_trusted([by_kind[kind] for kind in TRUSTED_KINDS])
     return report
+
+
+def create_tenant_role(
+    url: str, role: str, org_id: str, *, password: str | None = None
+) -> RolesReport:
+    """Create (or update) ``role``, a login role pinned to ``org_id``: a tenant's own role.
+
+    It reads its org's jobs, history, dependencies and the queues, and nothing of any
+    other org whatever it sets in ``jobsd.org_id`` (``jobsd.role_orgs``). Idempotent;
+    needs a superuser, after ``jobsd migrate``. Raises ConfigError for a bad name or
+    org, or an existing role with powers it must not have.
+    """
+    if not _ROLE_NAME.match(role):
+        raise ConfigError(
+            f"invalid role name {role!r}: use lowercase letters, digits and _ "
+            "(at most 63 characters, not starting with a digit)"
+        )
+    if not org_id.strip():
+        raise ConfigError("--org must not be empty")
+    with roles_session(url, "roles create --tenant") as db:
+        db.lock()
+        report = RolesReport(RoleNames.for_prefix("jobsd"), _check_runner(db))
+        state = db.schema_state()
+        if not state["migrated"] or not state["has_role_orgs"]:
+            raise ConfigError(
+                f"schema jobsd in database {report.database!r} is not migrated: "
+                "run `jobsd migrate` first"
+            )
+        _ensure_role(db, role, report)
+        if password is not None:
+            if not password:
+                raise ConfigError(f"empty password for role {role!r}")
+            db.set_password(role, password)
+            report.passwords_set.append(role)
+        db.pin_tenant(role, org_id)
+        db.grant_tenant(role, report.database)
+        return report
 
 
 def _check_runner(db: RoleStatements) -> str:
@@ -146,22 +198,25 @@ def _check_runner(db: RoleStatements) -> str:
 
 
 def _ensure_roles(db: RoleStatements, names: RoleNames, report: RolesReport) -> None:
-    existing = db.existing(list(names.by_kind().values()))
     for name in names.by_kind().values():
-        row = existing.get(name)
-        if row is None:
-            db.create_role(name)
-            report.created.append(name)
-            continue
-        powers = [label for column, label in _FORBIDDEN.items() if row[column]]
-        if powers:
-            raise ConfigError(
-                f"role {name!r} already exists with {', '.join(powers)}: a jobsd role must "
-                "not have it; remove it (ALTER ROLE ... NO...) or choose another --prefix"
-            )
-        if not row["rolcanlogin"]:
-            db.allow_login(name)
-        report.existing.append(name)
+        _ensure_role(db, name, report)
+
+
+def _ensure_role(db: RoleStatements, name: str, report: RolesReport) -> None:
+    row = db.existing([name]).get(name)
+    if row is None:
+        db.create_role(name)
+        report.created.append(name)
+        return
+    powers = [label for column, label in _FORBIDDEN.items() if row[column]]
+    if powers:
+        raise ConfigError(
+            f"role {name!r} already exists with {', '.join(powers)}: a jobsd role must "
+            "not have it; remove it (ALTER ROLE ... NO...) or choose another name"
+        )
+    if not row["rolcanlogin"]:
+        db.allow_login(name)
+    report.existing.append(name)
 
 
 def drop_roles(url: str, *, prefix: str) -> None:
@@ -174,6 +229,7 @@ def drop_roles(url: str, *, prefix: str) -> None:
     with roles_session(url, "roles drop") as db:
         _check_runner(db)
         present = list(db.existing(list(names.by_kind().values())))
+        db.forget(present)
         for role in present:
             db.drop_owned(role)
         for role in present:

@@ -31,5 +31,5 @@ def api(addr: str) -> None:
     url = require_url(settings)
     http = HttpSettings(http_addr=addr)
     setup_logging(settings.log_level, settings.log_format)
-    check_url(url)  # a refusal is the first word, before the server starts
+    check_url(http.api_database_url or url)  # a refusal is the first word, before the start
     run_api(settings, http)

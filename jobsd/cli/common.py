@@ -8,17 +8,18 @@ unless ``JOBSD_ALLOW_INSECURE`` is set, for every command alike.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from jobsd.errors import ConfigError
-from jobsd.settings import Settings
+from jobsd.settings import Settings, credential_database_url
 
 if TYPE_CHECKING:
     from jobsd.store.db import AsyncConn
 
-__all__ = ["given_url", "load_settings", "require_url", "run_async", "warn_if_insecure"]
+__all__ = ["Moment", "given_url", "load_settings", "require_url", "run_async", "warn_if_insecure"]
 
 T = TypeVar("T")
 
@@ -36,7 +37,10 @@ def require_url(settings: Settings) -> str:
 
 
 def given_url(database_url: str | None) -> str:
-    """Return ``--database-url`` (its default is JOBSD_DATABASE_URL), or raise ConfigError."""
+    """Return ``--database-url`` (its default is JOBSD_DATABASE_URL, then the systemd
+    credential ``database_url``), or raise ConfigError."""
+    if not database_url:
+        database_url = credential_database_url()
     if not database_url:
         raise ConfigError("no database configured: set JOBSD_DATABASE_URL or --database-url")
     return database_url
@@ -74,3 +78,48 @@ def run_async(
             return await work(conn)
 
     return anyio.run(apply)
+
+
+class Moment(click.ParamType[datetime]):
+    """A point in time: ISO 8601 (``2030-01-01``, ``2030-01-01T00:00:00Z``,
+    ``2030-01-01T02:00:00+02:00``; without an offset: UTC), or a duration (``90s``,
+    ``10m``, ``2h``, ``3d``) from now: ``ago`` for filters (``--since 1h``), ahead
+    otherwise (``--run-after 10m``)."""
+
+    name = "time"
+
+    def __init__(self, *, ago: bool = False) -> None:
+        self.ago = ago
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        text = str(value).strip()
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        try:
+            seconds = _duration_s(text)
+        except ValueError:
+            when = "ago" if self.ago else "from now"
+            self.fail(
+                f"{text!r} is not a time: use ISO 8601 (2030-01-01T00:00:00Z, "
+                f"2030-01-01T02:00:00+02:00) or a duration {when} (90s, 10m, 2h, 3d)",
+                param,
+                ctx,
+            )
+        delta = timedelta(seconds=seconds)
+        return datetime.now(UTC) - delta if self.ago else datetime.now(UTC) + delta
+
+
+def _duration_s(text: str) -> float:
+    from jobsd.settings import parse_duration
+
+    if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
+        return float(text[:-1]) * 86400
+    return parse_duration(text)

@@ -11,9 +11,15 @@ __all__ = ["dev"]
 
 @click.command()
 @click.option("--slots", type=int, default=None, help="Jobs run at once.")
+@click.option(
+    "--examples/--no-examples",
+    default=True,
+    show_default=True,
+    help="Enqueue example jobs (org demo) now and then, for the dashboard to show.",
+)
 @friendly_errors
-def dev(slots: int | None) -> None:
+def dev(slots: int | None, examples: bool) -> None:
     """Run jobsd for real on a throwaway embedded Postgres, with the example handlers."""
     from jobsd.dev.devserver import run_dev
 
-    run_dev(slots=slots)
+    run_dev(slots=slots, examples=examples)

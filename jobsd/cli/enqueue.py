@@ -9,7 +9,7 @@ from typing import Any, Unpack
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.common import Moment, load_settings, require_url
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.jobspec import EnqueueOptions
 from jobsd.models import Job
@@ -25,7 +25,12 @@ EXIT_JOB_FAILED = 3
 @click.option("--payload", default="{}", show_default=True, help="Job arguments, a JSON object.")
 @click.option("--queue", default="default", show_default=True)
 @click.option("--dedup-key", default=None, help="At most one such job per org is pending.")
-@click.option("--run-after", type=click.DateTime(), default=None, help="Not before (UTC).")
+@click.option(
+    "--run-after",
+    type=Moment(),
+    default=None,
+    help="Not before: ISO 8601 (UTC without an offset), or a delay such as 10m.",
+)
 @click.option("--id", "job_id", default=None, help="Client job id (UUID): makes retries safe.")
 @click.option(
     "--priority",
@@ -57,6 +62,8 @@ def enqueue(
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
         fail(f"--payload is not valid JSON: {exc}")
+    except RecursionError:
+        fail("--payload is nested too deeply")
     run_after = options.get("run_after")
     if run_after is not None and run_after.tzinfo is None:
         options["run_after"] = run_after.replace(tzinfo=UTC)

@@ -21,6 +21,7 @@ from jobsd.errors import UnknownQueue
 
 if TYPE_CHECKING:
     from jobsd.admin.queues import QueueInfo
+    from jobsd.store.db import AsyncConn
 
 __all__ = ["queue"]
 
@@ -45,6 +46,12 @@ _concurrency = _limit_option(
     "Running jobs of one concurrency key at most ('none': the default)",
 )
 _retention = _limit_option("--retention", "DAYS|none", "Days `jobsd prune` keeps finished jobs")
+_org_running = _limit_option(
+    "--org-running-limit", "N|none", "Running jobs of one org at most (claims skip it beyond)"
+)
+_org_open = _limit_option(
+    "--org-open-limit", "N|none", "Open jobs of one org at most (its enqueues beyond: refused)"
+)
 
 
 def _parse_limit(flag: str, field: str, text: str | None) -> int | None:
@@ -156,6 +163,8 @@ def queue_create(
 @_capacity
 @_concurrency
 @_retention
+@_org_running
+@_org_open
 @_database_url_option
 @friendly_errors
 def queue_set(
@@ -163,18 +172,41 @@ def queue_set(
     capacity: str | None,
     concurrency_limit: str | None,
     retention: str | None,
+    org_running_limit: str | None,
+    org_open_limit: str | None,
     database_url: str | None,
 ) -> None:
     """Change the limits of queue NAME; those not given stay as they are.
 
     A capacity below the queue's open jobs is accepted: enqueues are refused until
-    fewer jobs than the capacity are open.
+    fewer jobs than the capacity are open. The per-org limits apply to every org.
     """
-    from jobsd.admin.queues import set_queue_limits
+    from jobsd.admin.queues import set_org_limits, set_queue_limits
 
     _check_name(name)
+    org_changes: dict[str, Any] = {
+        field: _parse_limit(flag, field, text)
+        for flag, field, text in (
+            ("--org-running-limit", "org_running_limit", org_running_limit),
+            ("--org-open-limit", "org_open_limit", org_open_limit),
+        )
+        if text is not None
+    }
+    if org_changes:
+        _run(
+            database_url,
+            f"change of the per-org limits of queue {name!r}",
+            lambda conn: set_org_limits(conn, name, **org_changes),
+        )
+        shown = "  ".join(f"{k}={'none' if v is None else v}" for k, v in org_changes.items())
+        click.echo(f"queue {name!r} updated  {shown}")
+        if capacity is None and concurrency_limit is None and retention is None:
+            return
     if capacity is None and concurrency_limit is None and retention is None:
-        fail("nothing to change: give --capacity, --concurrency-limit and/or --retention")
+        fail(
+            "nothing to change: give --capacity, --concurrency-limit, --retention, "
+            "--org-running-limit and/or --org-open-limit"
+        )
     changes: dict[str, Any] = {
         field: _parse_limit(flag, field, text)
         for flag, field, text in (
@@ -198,13 +230,22 @@ def queue_set(
 @_database_url_option
 @friendly_errors
 def queue_list(as_json: bool, database_url: str | None) -> None:
-    """List the queues: paused or active, limits, and open jobs by state (every org's)."""
-    from jobsd.admin.queues import list_queues
+    """List the queues: paused or active, limits, and open jobs by state (every org's).
 
-    infos = _run(database_url, "listing of the queues", list_queues)
+    ``unhandled=N``: queued jobs of types that no live daemon handles (they wait for a
+    daemon with their handler; ``--json`` names their types).
+    """
+    from jobsd.admin.queues import list_queues, unhandled_jobs
+
+    async def both(conn: AsyncConn) -> tuple[list[QueueInfo], dict[str, dict[str, int]]]:
+        return await list_queues(conn), await unhandled_jobs(conn)
+
+    infos, unhandled = _run(database_url, "listing of the queues", both)
     if as_json:
         for info in infos:
-            click.echo(json.dumps(info.to_json()))
+            types = unhandled.get(info.name, {})
+            extra = {"unhandled": sum(types.values()), "unhandled_types": types}
+            click.echo(json.dumps(info.to_json() | extra))
         return
     rows = [
         [
@@ -212,6 +253,7 @@ def queue_list(as_json: bool, database_url: str | None) -> None:
             "paused" if info.paused else "active",
             *_limits(info),
             *(f"{state}={count}" for state, count in info.depth.items()),
+            f"unhandled={sum(unhandled.get(info.name, {}).values())}",
         ]
         for info in infos
     ]

@@ -17,18 +17,19 @@ from jobsd.errors import ConfigError
 __all__ = ["roles"]
 
 
-def _passwords(specs: tuple[str, ...]) -> dict[str, str]:
+def _passwords(specs: tuple[str, ...], kinds: tuple[str, ...] | None = None) -> dict[str, str]:
     """Read ``KIND=VAR`` pairs: the password of role KIND is in environment variable VAR."""
     from jobsd.admin.roles import ROLE_KINDS
 
+    kinds = kinds or ROLE_KINDS
     passwords: dict[str, str] = {}
     for spec in specs:
         kind, sep, var = spec.partition("=")
         kind, var = kind.strip(), var.strip()
-        if not sep or not var or kind not in ROLE_KINDS:
+        if not sep or not var or kind not in kinds:
             raise ConfigError(
                 f"--password-env {spec!r}: use KIND=VARIABLE with KIND one of "
-                f"{', '.join(ROLE_KINDS)}, e.g. --password-env worker=JOBSD_WORKER_PASSWORD"
+                f"{', '.join(kinds)}, e.g. --password-env {kinds[-1]}=JOBSD_PASSWORD"
             )
         value = os.environ.get(var, "")
         if not value:
@@ -39,7 +40,7 @@ def _passwords(specs: tuple[str, ...]) -> dict[str, str]:
 
 @click.group()
 def roles() -> None:
-    """Manage the least-privilege database roles (owner, enqueue, worker, read)."""
+    """Manage the least-privilege database roles (owner, enqueue, worker, read, admin, api)."""
 
 
 @roles.command("create")
@@ -47,7 +48,8 @@ def roles() -> None:
     "--prefix",
     default="jobsd",
     show_default=True,
-    help="Roles are named PREFIX_owner, PREFIX_enqueue, PREFIX_worker, PREFIX_read.",
+    help="Roles are named PREFIX_owner, PREFIX_enqueue, PREFIX_worker, PREFIX_read, "
+    "PREFIX_admin, PREFIX_api.",
 )
 @click.option(
     "--password-env",
@@ -62,18 +64,40 @@ def roles() -> None:
     envvar="JOBSD_DATABASE_URL",
     help="Superuser libpq URL of the database (JOBSD_DATABASE_URL).",
 )
+@click.option(
+    "--tenant",
+    "tenant",
+    default=None,
+    metavar="ROLE",
+    help="Instead: create login role ROLE for one tenant, pinned to --org (it reads that "
+    "org's jobs, whatever it sets in jobsd.org_id). Its password: --password-env tenant=VAR.",
+)
+@click.option("--org", "org_id", default=None, help="The org of --tenant.")
 @friendly_errors
-def roles_create(prefix: str, password_env: tuple[str, ...], database_url: str | None) -> None:
+def roles_create(
+    prefix: str,
+    password_env: tuple[str, ...],
+    database_url: str | None,
+    tenant: str | None,
+    org_id: str | None,
+) -> None:
     """Create the roles (idempotent) and grant each exactly what it needs on schema jobsd.
 
-    Run it as a superuser after `jobsd migrate`, and again after every upgrade.
+    Run it as a superuser after `jobsd migrate`, and again after every upgrade. With
+    --tenant ROLE --org ORG it creates (or updates) one tenant's own role instead.
     """
-    from jobsd.admin.roles import create_roles
+    from jobsd.admin.roles import create_roles, create_tenant_role
 
-    passwords = _passwords(password_env)
+    tenant_case = tenant is not None or org_id is not None
+    if tenant_case and (tenant is None or org_id is None):
+        raise ConfigError("--tenant ROLE and --org ORG go together")
+    passwords = _passwords(password_env, kinds=("tenant",) if tenant_case else None)
     url = given_url(database_url)
     warn_if_insecure(url)
-    report = create_roles(url, prefix=prefix, passwords=passwords)
+    if tenant is not None and org_id is not None:
+        report = create_tenant_role(url, tenant, org_id, password=passwords.get("tenant"))
+    else:
+        report = create_roles(url, prefix=prefix, passwords=passwords)
     for name in report.created:
         click.echo(f"created role {name}")
     for name in report.existing:
@@ -82,4 +106,7 @@ def roles_create(prefix: str, password_env: tuple[str, ...], database_url: str |
         click.echo(f"password set for {name}")
     for target in report.adopted:
         click.echo(f"{target} now owned by {report.names.owner}")
-    click.echo(f"grants and policies up to date on database {report.database!r}")
+    if tenant is not None:
+        click.echo(f"role {tenant} acts for org {org_id!r} only, on database {report.database!r}")
+    else:
+        click.echo(f"grants and policies up to date on database {report.database!r}")

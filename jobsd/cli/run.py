@@ -3,29 +3,53 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 import click
 
 from jobsd.cli.common import load_settings, require_url
 from jobsd.cli.errors import friendly_errors
-from jobsd.errors import BackendUnavailable
+from jobsd.errors import BackendUnavailable, ConfigError
 
 __all__ = ["check_schema", "run"]
 
 
 @click.command()
 @click.option("--slots", type=int, help="Jobs run at once (JOBSD_SLOTS).")
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Start even with no handler registered (the daemon then claims nothing, "
+    "unless JOBSD_UNKNOWN_TYPES=fail).",
+)
 @friendly_errors
-def run(slots: int | None) -> None:
-    """Run the worker daemon until SIGTERM or SIGINT."""
+def run(slots: int | None, allow_empty: bool) -> None:
+    """Run the worker daemon until SIGTERM or SIGINT.
+
+    The modules of JOBSD_HANDLERS are imported first; the current directory is
+    searched too, after the installed packages.
+    """
     from jobsd.logs import setup_logging
+    from jobsd.periodic import load_schedules_file
+    from jobsd.registry import default_registry
     from jobsd.store.connect import check_url
-    from jobsd.worker.supervisor import run_daemon
+    from jobsd.worker.supervisor import import_handlers, run_daemon
 
     settings = load_settings(slots=slots)
     url = require_url(settings)
     setup_logging(settings.log_level, settings.log_format)
+    if settings.schedules:
+        load_schedules_file(settings.schedules)  # a bad file is the first word too
     check_url(url)  # a refusal is the first word, before the daemon starts
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # JOBSD_HANDLERS=myapp.jobs from the project's directory
+    import_handlers(settings.handlers)
+    if not default_registry.types() and not allow_empty:
+        raise ConfigError(
+            "no handler registered: set JOBSD_HANDLERS to the modules that define them "
+            "(e.g. JOBSD_HANDLERS=myapp.jobs), or pass --allow-empty"
+        )
     check_schema(url)
     run_daemon(settings)
 

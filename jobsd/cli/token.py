@@ -18,12 +18,13 @@ def token() -> None:
 
 
 @token.command("create")
-@click.option("--org", "org_id", required=True, help="The org the token acts for.")
+@click.option("--org", "org_id", default=None, help="The org the token acts for.")
 @click.option("--name", default=None, help="A label, e.g. who or what uses the token.")
 @click.option(
     "--admin",
     is_flag=True,
-    help="The token may also administer queues (/queues): every queue, whatever its org.",
+    help="An operator's token, of no org: it administers queues (/queues, every org's) "
+    "and acts for no org (leave --org out).",
 )
 @friendly_errors
 def token_create(org_id: str, name: str | None, admin: bool) -> None:
@@ -31,14 +32,17 @@ def token_create(org_id: str, name: str | None, admin: bool) -> None:
     from jobsd.http.tokens import create_token
     from jobsd.store.connect import connect
 
-    if not org_id.strip():
-        fail("--org must not be empty")
+    if admin and org_id is not None:
+        fail("an admin token belongs to no org: leave --org out (operators only)")
+    if not admin and (org_id is None or not org_id.strip()):
+        fail("--org is required (and must not be empty), or --admin for an operator token")
     url = require_url(load_settings())
     with connect(url, application_name="jobsd-token", operation="token creation") as conn:
         secret, info = create_token(conn, org_id, name, admin=admin)
     click.echo(secret)
+    whom = "for operators (no org)" if info.org_id is None else f"for org {info.org_id!r}"
     kind = "admin token" if info.admin else "token"
-    click.echo(f"{kind} {info.id} for org {info.org_id!r} created; it is shown only now", err=True)
+    click.echo(f"{kind} {info.id} {whom} created; it is shown only now", err=True)
 
 
 @token.command("revoke")
@@ -54,7 +58,8 @@ def token_revoke(token_or_id: str) -> None:
         info = revoke_token(conn, token_or_id.strip())
     if info is None:
         fail("no such token")
-    click.echo(f"token {info.id} of org {info.org_id!r} revoked")
+    whom = "of no org" if info.org_id is None else f"of org {info.org_id!r}"
+    click.echo(f"token {info.id} {whom} revoked")
 
 
 @token.command("list")
@@ -87,6 +92,6 @@ def token_list(org_id: str | None, as_json: bool) -> None:
             continue
         state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "active"
         click.echo(
-            f"{info.id}  {info.org_id}  {info.prefix}…  {info.name or '-'}  "
+            f"{info.id}  {info.org_id or '-'}  {info.prefix}…  {info.name or '-'}  "
             f"{info.created_at:%Y-%m-%d %H:%M}  {state}  {'admin' if info.admin else '-'}"
         )

@@ -59,10 +59,15 @@ queues = Table(
     Column("concurrency_limit", Integer),
     Column("retention_days", Integer),
     Column("paused_at", _TIMESTAMPTZ),
+    # per-org limits (migration 0012)
+    Column("org_running_limit", Integer),
+    Column("org_open_limit", Integer),
     CheckConstraint(r"name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'", name="queues_name_check"),
     CheckConstraint("capacity > 0", name="queues_capacity_check"),
     CheckConstraint("concurrency_limit > 0", name="queues_concurrency_limit_check"),
     CheckConstraint("retention_days >= 0", name="queues_retention_days_check"),
+    CheckConstraint("org_running_limit > 0", name="queues_org_running_limit_check"),
+    CheckConstraint("org_open_limit > 0", name="queues_org_open_limit_check"),
 )
 
 jobs = Table(
@@ -128,9 +133,19 @@ Index(
     jobs.c.status,
     postgresql_where=jobs.c.status.not_in(["succeeded", "failed", "cancelled"]),
 )
+# 0012_tenant: an org's open (and running) jobs in a queue, for its per-org limits
+Index(
+    "jobs_open_by_queue_org_idx",
+    jobs.c.queue,
+    jobs.c.org_id,
+    jobs.c.status,
+    postgresql_where=jobs.c.status.not_in(["succeeded", "failed", "cancelled"]),
+)
 Index("jobs_scheduled_idx", jobs.c.run_after, postgresql_where=jobs.c.status == "scheduled")
 # 0002_api_tokens: an org's jobs in creation order, for the API's paginated list
 Index("jobs_org_created_idx", jobs.c.org_id, jobs.c.created_at, jobs.c.id)
+# 0015_handlers: failed jobs by end time, for the on_fail claim
+Index("jobs_failed_idx", jobs.c.finished_at, postgresql_where=jobs.c.status == "failed")
 
 job_events = Table(
     "job_events",

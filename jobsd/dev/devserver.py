@@ -30,9 +30,21 @@ def examples_dir() -> Path:
     raise ConfigError("the example handlers are missing (examples/jobsd_examples.py)")
 
 
-def run_dev(*, slots: int | None = None) -> None:
-    """Start (or reuse) a database, migrate it, and run a daemon until SIGTERM/SIGINT."""
+def run_dev(*, slots: int | None = None, examples: bool = True) -> None:
+    """Start (or reuse) a database, migrate it, and run a daemon until SIGTERM/SIGINT.
+
+    The daemon serves the API and the dashboard (``JOBSD_HTTP_ADDR``, 127.0.0.1:8080 or
+    a free port when unset); with ``examples`` a thread enqueues example jobs now and then.
+    """
+    from jobsd.dev.demo import (
+        ExampleFeeder,
+        dashboard_addr,
+        dashboard_token,
+        dashboard_url,
+        revoke_dashboard_token,
+    )
     from jobsd.dev.embedded import EmbeddedPostgres
+    from jobsd.http.settings import HttpSettings
     from jobsd.logs import setup_logging
     from jobsd.store.connect import check_url, trust_local_cluster
     from jobsd.store.migrate import migrate_sync
@@ -44,6 +56,10 @@ def run_dev(*, slots: int | None = None) -> None:
         os.environ.setdefault(key, value)
     settings = Settings()
     handlers = settings.handlers or [EXAMPLES_MODULE]
+    addr = dashboard_addr()
+    ui = HttpSettings().ui
+    feeder: ExampleFeeder | None = None
+    token: str | None = None
     cluster: EmbeddedPostgres | None = None
     url = settings.database_url
     if not url:
@@ -59,11 +75,23 @@ def run_dev(*, slots: int | None = None) -> None:
             update={"database_url": url, "handlers": handlers, "slots": slots or settings.slots}
         )
 
+        token = dashboard_token(url) if ui else None
+        if examples:
+            feeder = ExampleFeeder(url)
+
         def say_ready() -> None:
             click.echo(_banner(url, cluster is not None), err=True)
+            if token is not None:
+                click.echo(_dashboard(dashboard_url(addr), token), err=True)
+            if feeder is not None:
+                feeder.start()
 
         run_daemon(settings, on_ready=say_ready)
     finally:
+        if feeder is not None:
+            feeder.stop()
+        if token is not None and cluster is None:  # your database: leave no live token
+            revoke_dashboard_token(url, token)
         if cluster is not None:
             cluster.cleanup()
 
@@ -86,4 +114,11 @@ JOBSD_STALE_AFTER (30 s here) and finish it from where the dead one stopped:
     JOBSD_HANDLERS=jobsd_examples PYTHONPATH=examples jobsd run
 
 Stop with Ctrl-C.
+"""
+
+
+def _dashboard(url: str, token: str) -> str:
+    return f"""Dashboard: {url}
+    log in with this admin token (org demo; revoked when this stops):
+    {token}
 """

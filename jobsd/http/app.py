@@ -16,10 +16,12 @@ from jobsd.http.backend import ApiBackend
 from jobsd.http.bodylimit import BodyLimitMiddleware
 from jobsd.http.health import health_router
 from jobsd.http.metrics import RequestMetrics, metrics_router, request_counter
+from jobsd.http.probes import ProbeGuard
 from jobsd.http.problems import http_error_handler, responses, validation_error_handler
 from jobsd.http.protocols import DaemonView
 from jobsd.http.queue_routes import queues_router
 from jobsd.http.routes import jobs_router
+from jobsd.http.schedule_routes import schedules_router
 from jobsd.http.settings import HttpSettings
 from jobsd.settings import Settings
 
@@ -64,7 +66,12 @@ def create_app(
         openapi_tags=[
             {"name": "jobs", "description": "Jobs of the caller's org."},
             {"name": "queues", "description": "Queue administration (admin tokens only)."},
-            {"name": "health", "description": "Probes, health report and metrics (no token)."},
+            {"name": "schedules", "description": "Periodic jobs (admin tokens only)."},
+            {
+                "name": "health",
+                "description": "Probes (no token); health report and metrics (the probe "
+                "token, JOBSD_PROBE_TOKEN).",
+            },
         ],
     )
     app.state.jobsd = backend
@@ -74,9 +81,15 @@ def create_app(
         jobs_router(backend, bearer_org(backend), with_lifespan=False), responses=responses(401)
     )
     app.include_router(queues_router(backend, bearer_admin(backend)), responses=responses(401))
+    app.include_router(schedules_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(health_router(backend))
     app.include_router(metrics_router(backend, registry))
+    if backend.http.ui:
+        from jobsd.http.ui import mount_ui
+
+        mount_ui(app, backend)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=backend.body_limit)
+    app.add_middleware(ProbeGuard, token=backend.http.probe_token)
     app.add_middleware(RequestMetrics, counter=request_counter(registry))
     return app
 

@@ -41,8 +41,12 @@ def _resolver(backend: ApiBackend) -> Callable[..., Awaitable[tokens.TokenGrant]
         token = credentials.credentials
         if not tokens.looks_like_token(token):
             raise _unauthorized("invalid bearer token")
+        digest = tokens.hash_token(token)
         with store_errors("token lookup"):
-            found = await backend.read("token lookup", find_token, tokens.hash_token(token))
+            # one lookup per token and second, however many requests carry it
+            found: tokens.TokenGrant | None = await backend.grants.get(
+                digest.hex(), lambda: backend.read("token lookup", find_token, digest)
+            )
         if found is None:
             raise _unauthorized("invalid bearer token")
         setattr(request.state, TOKEN_ID_STATE, found.id)
@@ -60,26 +64,35 @@ def bearer_org(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
     resolve = _resolver(backend)
 
     async def org_from_token(grant: Annotated[tokens.TokenGrant, Depends(resolve)]) -> str:
+        if grant.org_id is None:
+            raise problem(
+                403,
+                "org_required",
+                "an operator token acts for no org: use a token made by "
+                "`jobsd token create --org ORG` for jobs",
+            )
         return grant.org_id
 
     return org_from_token
 
 
 def bearer_admin(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
-    """Return a dependency that admits only admin tokens (else 401, or 403); returns the org.
+    """Return a dependency that admits only operator tokens (else 401, or 403).
 
-    Queues are shared by every org: an admin token administers all of them.
+    Queues are shared by every org: only an operator's token (admin, of no org)
+    administers them, never a token of an org (an admin token made for an org before
+    migration 0012 included). Returns the actor's name for the audit: ``token:<id>``.
     """
     resolve = _resolver(backend)
 
     async def admin_from_token(grant: Annotated[tokens.TokenGrant, Depends(resolve)]) -> str:
-        if not grant.admin:
+        if not grant.operator:
             raise problem(
                 403,
                 "admin_required",
-                "this token may not administer queues: use a token made by "
-                "`jobsd token create --org ORG --admin`",
+                "this token may not administer queues: use an operator token, made by "
+                "`jobsd token create --admin`",
             )
-        return grant.org_id
+        return f"token:{grant.id}"
 
     return admin_from_token

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import anyio
 
 from jobsd.errors import BackendUnavailable, ConfigError
+from jobsd.http.loadlimits import ConcurrencyCap, ProbeCache
 from jobsd.http.monitor import LoopMonitor
 from jobsd.http.problems import problem
 from jobsd.http.protocols import DaemonView
@@ -28,9 +29,11 @@ from jobsd.http.waiter import DoneWaiter
 from jobsd.jobspec import JobSpec
 from jobsd.models import Job
 from jobsd.settings import Settings
+from jobsd.store.api import role_bypass
 from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncConn, AsyncPool, acquire
 from jobsd.store.enqueue import enqueue_on_pool
+from jobsd.store.tls import allow_insecure
 
 __all__ = ["ApiBackend"]
 
@@ -57,9 +60,24 @@ class ApiBackend:
         self.started_monotonic = time.monotonic()
         rate = self.http.submit_rate_limit()
         self.submit_limiter: SubmitLimiter | None = SubmitLimiter(rate) if rate else None
+        reads = self.http.read_rate_limit()
+        self.read_limiter: SubmitLimiter | None = SubmitLimiter(reads) if reads else None
+        self.longpolls = ConcurrencyCap(
+            self.http.longpoll_max_concurrent, self.http.longpoll_max_per_token
+        )
+        self.probes = ProbeCache(self.http.probe_cache_s)
+        self.grants = ProbeCache(self.http.token_cache_s)
+        # long-polls read through at most half the pool: however many wait, the other
+        # half stays free for submissions (a long-poll may wait its turn: it has time)
+        self.longpoll_reads = anyio.Semaphore(max(1, self.settings.pool_size // 2))
         self._pool: AsyncPool | None = None
+        self._probe_pool: AsyncPool | None = None
         self._waiter: DoneWaiter | None = None
         self._ready: anyio.Event | None = None
+        self._role_checked = False
+        self._refused: str | None = None
+        self.startup_error: BaseException | None = None
+        """Why the lifespan failed to start (``serve`` raises it again)."""
 
     @property
     def body_limit(self) -> int:
@@ -69,6 +87,8 @@ class ApiBackend:
     @property
     def pool(self) -> AsyncPool:
         """Return the pool for reads, cancels and introspection."""
+        if self._refused is not None:
+            raise problem(503, "insecure_role", "the API refuses its database role: see the log")
         if self._pool is None:
             raise _not_started()
         return self._pool
@@ -135,10 +155,66 @@ class ApiBackend:
             async with acquire(self.pool, operation) as conn:
                 return await fn(conn, *args, **kwargs)
 
+    async def probe_read(
+        self,
+        operation: str,
+        fn: Callable[Concatenate[AsyncConn, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Run ``fn(conn, ...)`` for a probe on the probes' own connection, never the
+        tenants' pool: a flood of probes cannot delay a submission (see ``probes``)."""
+        pool = self._probe_pool
+        if pool is None:
+            raise _not_started()
+        async with acquire(pool, operation) as conn:
+            return await fn(conn, *args, **kwargs)
+
+    @property
+    def database_url(self) -> str | None:
+        """Return the API's URL: ``JOBSD_API_DATABASE_URL``, else ``JOBSD_DATABASE_URL``."""
+        return self.http.api_database_url or self.settings.database_url
+
+    async def _check_role(self, pool: AsyncPool) -> None:
+        """Refuse a role that bypasses row-level security, unless JOBSD_ALLOW_INSECURE.
+
+        With the database away the check is left to the first request's connection
+        (``_role_checked`` stays False) rather than holding the start.
+        """
+        try:
+            async with acquire(pool, "role check") as conn:
+                role, bypass = await role_bypass(conn)
+        except BackendUnavailable:
+            log.warning("api.role_check_deferred")
+            return
+        self._role_checked = True
+        if not bypass:
+            return
+        if allow_insecure():
+            log.warning("security.api_role_bypasses_rls", extra={"role": role, "why": bypass})
+            return
+        raise ConfigError(
+            f"refusing to serve the API as database role {role!r}: it bypasses row-level "
+            f"security ({bypass}); set JOBSD_API_DATABASE_URL to the API's role "
+            "(`jobsd roles create` makes <prefix>_api), or JOBSD_ALLOW_INSECURE=1 for a "
+            "development setup"
+        )
+
+    async def _check_role_later(self, pool: AsyncPool) -> None:
+        """Check the role once the database is back; a refusal closes the API (503)."""
+        while not self._role_checked:
+            await anyio.sleep(1.0)
+            try:
+                await self._check_role(pool)
+            except ConfigError as exc:
+                self._refused = str(exc)
+                log.error("api.role_refused", extra={"error": str(exc)})
+                return
+
     @asynccontextmanager
     async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
         """Open the pool and the waiter; close them on exit."""
-        url = self.settings.database_url
+        url = self.database_url
         if not url:
             raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
         pool = make_async_pool(
@@ -148,10 +224,24 @@ class ApiBackend:
             max_size=self.settings.pool_size,
             timeout_s=self.http.ready_timeout,
         )
+        probe_pool = make_async_pool(
+            url, name="probe", min_size=1, max_size=2, timeout_s=self.http.ready_timeout
+        )
         waiter = DoneWaiter(url)
         await pool.open(wait=False)
+        await probe_pool.open(wait=False)
+        self._probe_pool = probe_pool
+        try:
+            await self._check_role(pool)
+        except BaseException as exc:
+            self.startup_error = exc
+            with anyio.CancelScope(shield=True):
+                await pool.close()
+            raise
         try:
             async with anyio.create_task_group() as tg:
+                if not self._role_checked:
+                    tg.start_soon(self._check_role_later, pool)
                 await tg.start(waiter.run)
                 await tg.start(self.monitor.run)
                 self._pool, self._waiter = pool, waiter
@@ -167,7 +257,8 @@ class ApiBackend:
         finally:
             with anyio.CancelScope(shield=True):
                 await pool.close()
-            self._pool = self._waiter = None
+                await probe_pool.close()
+            self._pool = self._waiter = self._probe_pool = None
             log.info("api.stopped")
 
 

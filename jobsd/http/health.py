@@ -63,6 +63,8 @@ def health_router(backend: ApiBackend) -> APIRouter:
         daemon = backend.daemon
         if daemon is not None and daemon.settings.notify:
             checks["daemon_listen"] = daemon.listener.connected
+        if daemon is not None:
+            checks["daemon_progress"] = daemon.making_progress()
         ready = all(checks.values())
         if not ready:
             response.status_code = 503
@@ -89,7 +91,11 @@ async def _database_ok(backend: ApiBackend) -> bool:
         return False
     with anyio.move_on_after(backend.http.ready_timeout):
         try:
-            return await backend.read("readiness check", api.ping)
+            # cached: a flood of probes asks the database once a second at most
+            ok: bool = await backend.probes.get(
+                "readiness", lambda: backend.probe_read("readiness check", api.ping)
+            )
+            return ok
         except (BackendUnavailable, DatabaseError):
             return False
     return False
@@ -107,9 +113,20 @@ async def build_report(backend: ApiBackend) -> HealthReport:
     if backend.started:
         with anyio.move_on_after(http.ready_timeout + 1):
             try:
-                row = await backend.read(
-                    "health report", api.health_row, timeout_s=http.ready_timeout
+                row = await backend.probes.get(
+                    "health",
+                    lambda: backend.probe_read(
+                        "health report", api.health_row, timeout_s=http.ready_timeout
+                    ),
                 )
+                unhandled = await backend.read(
+                    "health report", api.unhandled_jobs, timeout_s=http.ready_timeout
+                )
+                by_type: dict[str, int] = {}
+                for _, type_, jobs in unhandled:
+                    by_type[type_] = by_type.get(type_, 0) + jobs
+                row["unhandled_jobs"] = sum(by_type.values())
+                row["unhandled_types"] = by_type
                 database = True
             except (BackendUnavailable, DatabaseError):
                 database = False
@@ -132,6 +149,11 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 _age(backend.waiter.last_notify_monotonic) if backend.started else None
             ),
             "listen_connected": waiter_connected,
+            "unhandled_jobs": row.get("unhandled_jobs"),
+            "unhandled_types": row.get("unhandled_types") or {},
+            "oldest_running_age_s": row.get("oldest_running_age_s"),
+            "oldest_running_idle_s": row.get("oldest_running_idle_s"),
+            "recovery_required": row.get("recovery_required"),
             "slots": daemon.holdings.slots if daemon else None,
             "slots_busy": daemon.holdings.running if daemon else None,
         }
@@ -163,11 +185,23 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 f"{what} has been open {age:.0f} s (over {http.health_xact_age_warn:g} s): "
                 "it holds back vacuum of the jobs table"
             )
+    if report.unhandled_jobs:
+        types = ", ".join(f"{t} ({n})" for t, n in sorted(report.unhandled_types.items()))
+        warnings.append(
+            f"{report.unhandled_jobs} queued jobs are of types no live daemon handles: "
+            f"{types}; start a daemon with their handlers (JOBSD_HANDLERS)"
+        )
     usage = report.notify_queue_usage
     if usage is not None and usage > http.health_notify_queue_warn:
         warnings.append(
             f"the NOTIFY queue is {usage:.0%} full (over {http.health_notify_queue_warn:.0%}): "
             "a session that LISTENs is stuck in a transaction; at 100 % enqueues fail"
+        )
+    backlog = report.recovery_required
+    if backlog:
+        warnings.append(
+            f"{backlog} job(s) are recovery_required: their outcome is unknown, "
+            "an operator resolves them (jobsd resolve)"
         )
     if not waiter_connected:
         warnings.append("this API's LISTEN connection is down: long-polls end at their deadline")

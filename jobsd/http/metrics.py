@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.http.backend import ApiBackend
 from jobsd.http.protocols import RunTimesView
-from jobsd.store import api
+from jobsd.store import api, schedules
 
 __all__ = ["JobsdCollector", "RequestMetrics", "metrics_router"]
 
@@ -44,27 +44,46 @@ class JobsdCollector(Collector):
         self.backend = backend
         self._depth: list[tuple[str, str, int]] | None = None
         self._notify_usage: float | None = None
+        self._ticks: list[tuple[str, dict[str, int]]] | None = None
 
     async def refresh(self) -> None:
         """Read queue depth from the database (call before generating the exposition)."""
         backend = self.backend
         self._depth = None
         self._notify_usage = None
+        self._ticks = None
         if not backend.started:
             return
         try:
-            self._depth = await backend.read(
-                "queue depth", api.queue_depth, timeout_s=backend.http.ready_timeout
+            self._depth = await backend.probes.get(
+                "queue depth",
+                lambda: backend.probe_read(
+                    "queue depth", api.queue_depth, timeout_s=backend.http.ready_timeout
+                ),
             )
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.depth_unavailable", extra={"error": str(exc)})
             return
         try:
-            self._notify_usage = await backend.read(
-                "notify queue usage", api.notify_queue_usage, timeout_s=backend.http.ready_timeout
+            self._notify_usage = await backend.probes.get(
+                "notify queue usage",
+                lambda: backend.probe_read(
+                    "notify queue usage",
+                    api.notify_queue_usage,
+                    timeout_s=backend.http.ready_timeout,
+                ),
             )
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.notify_usage_unavailable", extra={"error": str(exc)})
+        try:
+            infos = await backend.read("schedule counters", schedules.info)
+        except (BackendUnavailable, DatabaseError) as exc:
+            log.warning("metrics.schedules_unavailable", extra={"error": str(exc)})
+            return
+        self._ticks = [
+            (i.id, {"fired": i.fired, "refused": i.refused, "late": i.late, "skipped": i.skipped})
+            for i in infos
+        ]
 
     def collect(self) -> Iterable[Metric]:
         """Yield the metric families."""
@@ -84,6 +103,17 @@ class JobsdCollector(Collector):
                 "Share of the cluster's NOTIFY queue in use (0 to 1).",
                 value=self._notify_usage,
             )
+        if self._ticks is not None:
+            ticks = CounterMetricFamily(
+                "jobsd_schedule_ticks",
+                "Ticks of each periodic schedule, every daemon's, by outcome: fired, refused "
+                "(enqueue refused), late (fired after being missed), skipped (missed, not fired).",
+                labels=["schedule", "outcome"],
+            )
+            for schedule_id, counts in self._ticks:
+                for outcome, count in counts.items():
+                    ticks.add_metric([schedule_id, outcome], count)
+            yield ticks
         yield GaugeMetricFamily(
             "jobsd_database_up",
             "1 if the queue-depth query of this scrape succeeded.",

@@ -33,6 +33,7 @@ __all__ = [
     "db_unavailable",
     "field_error",
     "http_error_handler",
+    "new_correlation_id",
     "problem",
     "rate_limited",
     "responses",
@@ -81,12 +82,22 @@ def problem(
     *,
     job_id: uuid.UUID | None = None,
     headers: dict[str, str] | None = None,
+    correlation_id: str | None = None,
 ) -> HTTPException:
-    """Build an error answer."""
-    detail: dict[str, Any] = {"code": code, "message": message}
+    """Build an error answer; it carries a correlation id (the log's, when one was written)."""
+    detail: dict[str, Any] = {
+        "code": code,
+        "message": message,
+        "correlation_id": correlation_id or new_correlation_id(),
+    }
     if job_id is not None:
         detail["job_id"] = str(job_id)
     return HTTPException(status_code=status, detail=detail, headers=headers)
+
+
+def new_correlation_id() -> str:
+    """Return a fresh id that ties an error answer to its log line."""
+    return uuid.uuid4().hex
 
 
 def rate_limited(rate: str, retry_after_s: int) -> HTTPException:
@@ -98,6 +109,7 @@ def rate_limited(rate: str, retry_after_s: int) -> HTTPException:
             "message": f"too many submissions with this token (limit {rate}): "
             f"retry in {retry_after_s} s",
             "retry_after_s": retry_after_s,
+            "correlation_id": new_correlation_id(),
         },
         headers={"Retry-After": str(retry_after_s)},
     )
@@ -109,8 +121,17 @@ def field_error(loc: tuple[str, ...], message: str, code: str, value: Any = None
 
 
 def db_unavailable(exc: BackendUnavailable, *, job_id: uuid.UUID | None = None) -> HTTPException:
-    """Answer 503; ``outcome_unknown`` when a submission may or may not have committed."""
+    """Answer 503; ``outcome_unknown`` when a submission may or may not have committed.
+
+    The database's own text (host, port, role, DETAIL) never reaches the client: it is
+    logged under the answer's correlation id.
+    """
     headers = {"Retry-After": str(RETRY_AFTER_S)}
+    cid = new_correlation_id()
+    log.warning(
+        "api.database_unavailable",
+        extra={"correlation_id": cid, "job_id": job_id, "error": str(exc)},
+    )
     if isinstance(exc, OutcomeUnknown):
         return problem(
             503,
@@ -118,8 +139,15 @@ def db_unavailable(exc: BackendUnavailable, *, job_id: uuid.UUID | None = None) 
             "the database connection dropped during the commit: retry with the same id",
             job_id=job_id,
             headers=headers,
+            correlation_id=cid,
         )
-    return problem(503, "database_unavailable", str(exc), headers=headers)
+    return problem(
+        503,
+        "database_unavailable",
+        "the database is unavailable: nothing was done; retry in a moment",
+        headers=headers,
+        correlation_id=cid,
+    )
 
 
 @contextmanager
@@ -128,16 +156,30 @@ def store_errors(operation: str) -> Iterator[None]:
     try:
         yield
     except BackendUnavailable as exc:
-        log.warning("api.database_unavailable", extra={"operation": operation, "error": str(exc)})
         raise db_unavailable(exc) from exc
     except DatabaseError as exc:
-        log.error("api.database_error", extra={"operation": operation}, exc_info=True)
-        raise database_error(exc) from exc
+        raise database_error(exc, operation) from exc
 
 
-def database_error(exc: DatabaseError) -> HTTPException:
-    """Answer 503 for a database error that is not a lost connection (e.g. a timeout)."""
-    return problem(503, "database_error", str(exc), headers={"Retry-After": str(RETRY_AFTER_S)})
+def database_error(exc: DatabaseError, operation: str | None = None) -> HTTPException:
+    """Answer 503 for a database error that is not a lost connection (e.g. a timeout).
+
+    The client gets the code, a human message and the correlation id; the database's
+    message goes to the log under that id, never into the answer.
+    """
+    cid = new_correlation_id()
+    log.error(
+        "api.database_error",
+        extra={"correlation_id": cid, "operation": operation, "error": str(exc)},
+        exc_info=exc,
+    )
+    return problem(
+        503,
+        "database_error",
+        f"the database could not do this (correlation id {cid} in the server log)",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+        correlation_id=cid,
+    )
 
 
 class AsciiJSONResponse(JSONResponse):
@@ -151,7 +193,31 @@ class AsciiJSONResponse(JSONResponse):
 async def validation_error_handler(request: Request, exc: Exception) -> Response:
     """Answer 422 like FastAPI does, but never fail on input that cannot be encoded as UTF-8."""
     assert isinstance(exc, RequestValidationError)
-    return AsciiJSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+    return AsciiJSONResponse({"detail": _encodable_errors(exc.errors())}, status_code=422)
+
+
+def _encodable_errors(errors: Any) -> Any:
+    """Encode validation errors whatever input they quote: bytes that are not UTF-8 (a
+    raw body under a non-JSON type) are decoded with replacement characters, and an
+    input nothing can encode is left out rather than failing the answer."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, bytes | bytearray):
+            return bytes(value[:1024]).decode("utf-8", "replace")
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(v) for v in value]
+        return value
+
+    try:
+        return jsonable_encoder(clean(list(errors)))
+    except (ValueError, TypeError, RecursionError):
+        return [
+            {k: str(v)[:1024] for k, v in error.items() if k != "input"}
+            for error in errors
+            if isinstance(error, dict)
+        ]
 
 
 async def http_error_handler(request: Request, exc: Exception) -> Response:

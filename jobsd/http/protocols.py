@@ -130,3 +130,7 @@ class DaemonView(Protocol):
     def holdings(self) -> HoldingsView:
         """Return the daemon's slots."""
         ...
+
+    def making_progress(self) -> bool:
+        """Say whether the daemon's outcomes get written (none waiting too long)."""
+        ...

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobsd.admin import queues
-from jobsd.errors import QueueExists, QueueNotEmpty, UnknownQueue
+from jobsd.errors import QueueExists, UnknownQueue
 from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import problem, responses, store_errors
@@ -173,27 +173,36 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         *,
         queue: str | None = None,
         repeatable: bool = True,
+        actor: str | None = None,
     ) -> T:
         """Run ``fn(conn)``; with ``queue``, an unknown queue is a 404.
 
         A read or an idempotent change (``repeatable``) is retried once on a dropped
         connection; a change that must not be repeated blindly (create, drop) runs on
-        one connection.
+        one connection. A change names its ``actor`` for the audit (admin_actions).
         """
+        work = fn
+
+        if actor is not None:
+            who = actor
+
+            async def work(conn: AsyncConn) -> T:
+                return await queues.as_actor(conn, who, fn)
+
         try:
             with store_errors(operation):
                 if repeatable:
-                    return await backend.read(operation, fn)
+                    return await backend.read(operation, work)
                 async with acquire(backend.pool, operation) as conn:
-                    return await fn(conn)
+                    return await work(conn)
         except UnknownQueue as exc:
             if queue is None:
                 raise
             raise _not_found(queue) from exc
 
-    def audit(event: str, name: str, org_id: str, request: Request, **extra: Any) -> None:
+    def audit(event: str, name: str, actor: str, request: Request, **extra: Any) -> None:
         token_id = getattr(request.state, TOKEN_ID_STATE, None)
-        log.info(event, extra={"queue": name, "org_id": org_id, "token_id": token_id, **extra})
+        log.info(event, extra={"queue": name, "actor": actor, "token_id": token_id, **extra})
 
     @router.get(
         "/queues",
@@ -204,7 +213,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         description="Every declared queue, with its limits, whether it is paused, and its "
         "open jobs by state (every org's).",
     )
-    async def list_queues(org_id: Admin) -> QueueList:
+    async def list_queues(actor: Admin) -> QueueList:
         infos = await run("listing of the queues", queues.list_queues)
         return QueueList(queues=[QueueOut.from_info(i) for i in infos])
 
@@ -218,7 +227,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         description="201 with the queue; 409 `queue_exists` if the name is taken (nothing "
         "changes: use PATCH to change its limits).",
     )
-    async def create_queue(body: QueueIn, org_id: Admin, request: Request) -> QueueOut:
+    async def create_queue(body: QueueIn, actor: Admin, request: Request) -> QueueOut:
         try:
             info = await run(
                 f"creation of queue {body.name!r}",
@@ -230,10 +239,11 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
                     retention_days=body.retention_days,
                 ),
                 repeatable=False,
+                actor=actor,
             )
         except QueueExists as exc:
             raise problem(409, "queue_exists", str(exc)) from exc
-        audit("api.queue_created", body.name, org_id, request)
+        audit("api.queue_created", body.name, actor, request)
         return QueueOut.from_info(info)
 
     @router.get(
@@ -243,7 +253,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         operation_id="get_queue",
         summary="Read a queue",
     )
-    async def get_queue(name: QueuePath, org_id: Admin) -> QueueOut:
+    async def get_queue(name: QueuePath, actor: Admin) -> QueueOut:
         info = await run(
             f"read of queue {name!r}", lambda conn: queues.get_queue(conn, name), queue=name
         )
@@ -260,7 +270,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
         "jobs than the capacity are open.",
     )
     async def set_queue_limits(
-        name: QueuePath, body: QueuePatch, org_id: Admin, request: Request
+        name: QueuePath, body: QueuePatch, actor: Admin, request: Request
     ) -> QueueOut:
         given = body.model_fields_set
         changes: dict[str, Any] = {field: getattr(body, field) for field in given}
@@ -268,12 +278,13 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
             f"change of the limits of queue {name!r}",
             lambda conn: queues.set_queue_limits(conn, name, **changes),
             queue=name,
+            actor=actor,
         )
         if given:
             audit(
                 "api.queue_limits_set",
                 name,
-                org_id,
+                actor,
                 request,
                 **{f: getattr(body, f) for f in sorted(given)},
             )
@@ -295,9 +306,11 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
             summary=summary,
             description=description,
         )
-        async def endpoint(name: QueuePath, org_id: Admin, request: Request) -> QueueOut:
-            info = await run(f"{action} of queue {name!r}", lambda c: change(c, name), queue=name)
-            audit(f"api.queue_{action}d", name, org_id, request)
+        async def endpoint(name: QueuePath, actor: Admin, request: Request) -> QueueOut:
+            info = await run(
+                f"{action} of queue {name!r}", lambda c: change(c, name), queue=name, actor=actor
+            )
+            audit(f"api.queue_{action}d", name, actor, request)
             return QueueOut.from_info(info)
 
     switch(
@@ -318,43 +331,20 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
     @router.delete(
         "/queues/{name}",
         response_model=QueueDropped,
-        responses=_answers(
-            403,
-            404,
-            conflict="The queue holds open jobs (`queue_not_empty`, with `open_jobs`), or it "
-            "is the queue 'default' (`queue_protected`): nothing was deleted.",
-        ),
+        responses=_answers(403),
         operation_id="drop_queue",
-        summary="Drop a queue",
-        description="Deletes the queue and its finished jobs (every org's), in one "
-        "transaction; refused while it holds queued, scheduled, blocked, running or "
-        "recovery_required jobs. The queue 'default' is never dropped.",
+        summary="Drop a queue (refused: `jobsd queue drop`)",
+        description="Dropping a queue deletes every org's finished jobs in it: it is the "
+        "owner's, on the command line (`jobsd queue drop NAME`). Through the API it is "
+        "always refused: 403 `cli_only`, nothing deleted.",
     )
-    async def drop_queue(name: QueuePath, org_id: Admin, request: Request) -> QueueDropped:
-        if name == queues.DEFAULT_QUEUE:
-            raise problem(
-                409,
-                "queue_protected",
-                f"the queue {name!r} cannot be dropped: submissions without a queue use it; "
-                "pause it instead",
-            )
-        try:
-            deleted = await run(
-                f"drop of queue {name!r}",
-                lambda conn: queues.drop_queue(conn, name),
-                queue=name,
-                repeatable=False,
-            )
-        except QueueNotEmpty as exc:
-            raise _not_empty(exc) from exc
-        audit("api.queue_dropped", name, org_id, request, deleted_jobs=deleted)
-        return QueueDropped(name=name, deleted_jobs=deleted)
+    async def drop_queue(name: QueuePath, actor: Admin, request: Request) -> QueueDropped:
+        audit("api.queue_drop_refused", name, actor, request)
+        raise problem(
+            403,
+            "cli_only",
+            f"the queue {name!r} was not dropped: dropping a queue deletes every org's "
+            "finished jobs and is done on the command line, as the owner: `jobsd queue drop`",
+        )
 
     return router
-
-
-def _not_empty(exc: QueueNotEmpty) -> Exception:
-    error = problem(409, "queue_not_empty", str(exc))
-    assert isinstance(error.detail, dict)
-    error.detail["open_jobs"] = exc.open_jobs
-    return error

@@ -1,4 +1,5 @@
-"""The jobs endpoints: submit, read (and long-poll), list, cancel; every one scoped by org.
+"""The jobs endpoints: submit, read (and long-poll), list, cancel, retry; every one scoped
+by org.
 
 The org comes from a dependency: the bearer token in jobsd's own app, or whatever the
 host application already knows when it mounts ``jobsd.http.router(org_dependency=...)``.
@@ -12,7 +13,7 @@ import binascii
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, assert_never
 
 import anyio
@@ -24,8 +25,11 @@ from jobsd.errors import (
     DatabaseError,
     DuplicateJob,
     InvalidPayload,
+    JobNotFound,
+    OrgQuotaExceeded,
     PayloadTooLarge,
     QueueFull,
+    RetryRefused,
     UnknownDependency,
     UnknownQueue,
 )
@@ -50,10 +54,12 @@ from jobsd.http.schemas import (
     JobSummary,
     pg_text,
 )
+from jobsd.http.settings import HttpSettings
 from jobsd.ids import uuid7
 from jobsd.jobspec import JobSpec
 from jobsd.models import JobStatus
-from jobsd.store import api, queries
+from jobsd.store import api, jobs_ops, queries
+from jobsd.store.db import acquire
 
 __all__ = ["decode_cursor", "encode_cursor", "jobs_router"]
 
@@ -110,6 +116,7 @@ def jobs_router(
     )
     async def submit_job(body: JobIn, org_id: Org, request: Request, response: Response) -> JobOut:
         job_id = body.id or uuid7()
+        _check_fair(body, backend.http)
         limiter = backend.submit_limiter
         if limiter is not None:
             token_id = getattr(request.state, TOKEN_ID_STATE, None)
@@ -136,6 +143,11 @@ def jobs_router(
             ) from exc
         try:
             job = await backend.submit(spec)
+        except OrgQuotaExceeded as exc:
+            log.info("api.org_quota", extra={"queue": exc.queue, "org_id": org_id})
+            raise problem(
+                429, "org_quota", str(exc), headers={"Retry-After": str(QUEUE_FULL_RETRY_S)}
+            ) from exc
         except QueueFull as exc:
             log.info("api.queue_full", extra={"queue": exc.queue, "org_id": org_id})
             raise problem(
@@ -167,7 +179,7 @@ def jobs_router(
     @router.get(
         "/jobs",
         response_model=JobPage,
-        responses=responses(503),
+        responses=responses(429, 503),
         operation_id="list_jobs",
         summary="List the org's jobs, newest first",
         description="Keyset-paginated: pass `next_cursor` as `cursor` for the next page. "
@@ -175,6 +187,7 @@ def jobs_router(
     )
     async def list_jobs(
         org_id: Org,
+        request: Request,
         status: Annotated[JobStatus | None, Query(description="Only this state.")] = None,
         type: Annotated[
             str | None,
@@ -189,6 +202,7 @@ def jobs_router(
             str | None, Query(max_length=200, description="`next_cursor` of the previous page.")
         ] = None,
     ) -> JobPage:
+        _limit_reads(backend, request, org_id)
         after = None
         if cursor is not None:
             try:
@@ -214,25 +228,39 @@ def jobs_router(
     @router.get(
         "/jobs/{job_id}",
         response_model=JobDetail,
-        responses=responses(404, 503),
+        responses=responses(404, 429, 503),
         operation_id="get_job",
         summary="Read a job and its history",
         description="With `wait=S`, answers as soon as the job is terminal (succeeded, failed, "
         "cancelled), woken by a database notification, or after S seconds (capped by "
-        "JOBSD_LONGPOLL_MAX) with the current state.",
+        "JOBSD_LONGPOLL_MAX) with the current state. Over the token's read rate "
+        "(JOBSD_READ_RATE), or with too many long-polls open (JOBSD_LONGPOLL_MAX_CONCURRENT "
+        "in all, JOBSD_LONGPOLL_MAX_PER_TOKEN per token; code too_many_waits): 429 with "
+        "Retry-After.",
     )
     async def get_job(
         job_id: uuid.UUID,
         org_id: Org,
+        request: Request,
         wait: Annotated[
             float | None,
             Query(ge=0, allow_inf_nan=False, description="Long-poll for up to this many seconds."),
         ] = None,
     ) -> JobDetail:
+        key = _limit_reads(backend, request, org_id)
         with store_errors(f"read of job {job_id}"):
             if wait:
-                await _wait_terminal(backend, job_id, org_id, min(wait, backend.http.longpoll_max))
-            row = await backend.read(f"read of job {job_id}", api.get_job_row, job_id, org_id)
+                with backend.longpolls.hold(key) as admitted:
+                    if not admitted:
+                        raise _too_many_waits(backend)
+                    timeout_s = min(wait, backend.http.longpoll_max)
+                    await _wait_terminal(backend, job_id, org_id, timeout_s)
+                    async with backend.longpoll_reads:
+                        row = await backend.read(
+                            f"read of job {job_id}", api.get_job_row, job_id, org_id
+                        )
+            else:
+                row = await backend.read(f"read of job {job_id}", api.get_job_row, job_id, org_id)
         if row is None:
             raise _not_found(job_id)
         return JobDetail.from_row(row)
@@ -294,7 +322,76 @@ def jobs_router(
             case _:
                 assert_never(status)
 
+    @router.post(
+        "/jobs/{job_id}/retry",
+        response_model=JobOut,
+        responses=responses(404, 409, 503),
+        operation_id="retry_job",
+        summary="Retry a failed or cancelled job",
+        description="A failed or cancelled job gets a new attempt of the same job: it is "
+        "queued again (200, the job as it is now), recorded in its history (reason "
+        "`retry`); attempts keep counting. 409 when the job has not ended "
+        "(`job_not_ended`), when its type is `at_most_once` and `force` is not set "
+        "(`job_at_most_once`: its last run may have had effects), or when a job it "
+        "depends on has not succeeded (`job_dependency`).",
+    )
+    async def retry_job(
+        job_id: uuid.UUID,
+        org_id: Org,
+        force: Annotated[bool, Query(description="Retry an at_most_once job too.")] = False,
+    ) -> JobOut:
+        operation = f"retry of job {job_id}"
+        try:
+            with store_errors(operation):
+                # not backend.read: a retry is not repeated after a dropped connection
+                async with acquire(backend.pool, operation) as conn:
+                    job = await jobs_ops.retry_job(
+                        conn, job_id, actor=API_ACTOR, force=force, org_id=org_id
+                    )
+        except JobNotFound:
+            raise _not_found(job_id) from None
+        except RetryRefused as exc:
+            raise problem(409, f"job_{exc.why}", str(exc)) from None
+        log.info("api.retried", extra={"job_id": job_id, "org_id": org_id, "force": force})
+        return JobOut.from_job(job)
+
     return router
+
+
+def _client_key(request: Request, org_id: str) -> str:
+    """Return the key limits count by: the request's token, else its org."""
+    token_id = getattr(request.state, TOKEN_ID_STATE, None)
+    return f"token:{token_id}" if token_id is not None else f"org:{org_id}"
+
+
+def _limit_reads(backend: ApiBackend, request: Request, org_id: str) -> str:
+    """Take one read from the token's bucket (429 when empty); return the token's key."""
+    key = _client_key(request, org_id)
+    limiter = backend.read_limiter
+    if limiter is not None:
+        wait_s = limiter.take(key)
+        if wait_s > 0:
+            log.info("api.read_rate_limited", extra={"key": key, "org_id": org_id})
+            retry_s = limiter.retry_after_s(wait_s)
+            raise problem(
+                429,
+                "rate_limited",
+                f"too many reads with this token (limit {limiter.rate.text}): retry in {retry_s} s",
+                headers={"Retry-After": str(retry_s)},
+            )
+    return key
+
+
+def _too_many_waits(backend: ApiBackend) -> Exception:
+    caps = backend.longpolls
+    log.info("api.longpoll_refused", extra={"open": caps.open})
+    return problem(
+        429,
+        "too_many_waits",
+        f"too many long-polls open (at most {caps.total} in all, {caps.per_key} per token): "
+        "retry without ?wait= or later",
+        headers={"Retry-After": "1"},
+    )
 
 
 def _not_found(job_id: uuid.UUID) -> Exception:
@@ -313,10 +410,36 @@ async def _wait_terminal(
     waiter = backend.waiter
     with waiter.watch(job_id) as watch:
         while True:
-            status = await backend.read(f"status of job {job_id}", api.job_status, job_id, org_id)
+            async with backend.longpoll_reads:
+                status = await backend.read(
+                    f"status of job {job_id}", api.job_status, job_id, org_id
+                )
             if status is None or status.terminal:
                 return
             remaining = deadline - anyio.current_time()
             if remaining <= 0 or waiter.closing:
                 return
             await watch.wait(remaining)
+
+
+def _check_fair(body: JobIn, http: HttpSettings) -> None:
+    """Refuse (422) a priority outside the tokens' range, or a run_after too far ahead."""
+    low, high = http.token_priority_min, http.token_priority_max
+    if not low <= body.priority <= high:
+        raise field_error(
+            ("body", "priority"),
+            f"priority must be between {low} and {high} for this API "
+            "(JOBSD_TOKEN_PRIORITY_MIN, JOBSD_TOKEN_PRIORITY_MAX)",
+            "priority_not_allowed",
+            body.priority,
+        )
+    if body.run_after is not None:
+        ahead_s = (body.run_after - datetime.now(UTC)).total_seconds()
+        if ahead_s > http.max_schedule_ahead:
+            raise field_error(
+                ("body", "run_after"),
+                f"run_after may be at most {http.max_schedule_ahead / 86400:g} days ahead "
+                "(JOBSD_MAX_SCHEDULE_AHEAD)",
+                "run_after_too_far",
+                body.run_after.isoformat(),
+            )

@@ -233,6 +233,11 @@ class Problem(BaseModel):
     retry_after_s: int | None = Field(
         default=None, description="With rate_limited: seconds until a submission will pass."
     )
+    correlation_id: str | None = Field(
+        default=None,
+        description="Ties the answer to the server's log line, which has the full detail "
+        "(the answer never carries the database's own text).",
+    )
 
 
 class ErrorOut(BaseModel):
@@ -285,5 +290,22 @@ class HealthReport(BaseModel):
         description="Time since this API last received a job-finished notification."
     )
     listen_connected: bool = Field(description="This API's LISTEN connection is up.")
+    unhandled_jobs: int | None = Field(
+        default=None,
+        description="Queued jobs of types that no live daemon handles (every org's): they "
+        "wait until a daemon with their handler starts.",
+    )
+    unhandled_types: dict[str, int] = Field(default_factory=dict, description="Those jobs by type.")
+    oldest_running_age_s: float | None = Field(
+        default=None, description="Age of the oldest running job (null: none runs)."
+    )
+    oldest_running_idle_s: float | None = Field(
+        default=None,
+        description="The longest time a running job has gone without progress or heartbeat.",
+    )
+    recovery_required: int | None = Field(
+        default=None,
+        description="Jobs whose outcome is unknown, waiting for an operator (jobsd resolve).",
+    )
     slots: int | None = Field(description="The attached daemon's slots.")
     slots_busy: int | None

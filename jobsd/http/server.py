@@ -97,7 +97,7 @@ async def serve(
     http = http or HttpSettings()
     if not http.http_addr:
         raise ConfigError("no address to serve on: set JOBSD_HTTP_ADDR (e.g. 127.0.0.1:8080)")
-    if not settings.database_url:
+    if not (http.api_database_url or settings.database_url):
         raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
     host, port = parse_addr(http.http_addr)
     app = app or create_app(settings, http, daemon=daemon)
@@ -112,6 +112,8 @@ async def serve(
         server_header=False,
         timeout_graceful_shutdown=int(max(http.http_shutdown_grace, 1)),
         ws="none",
+        # beyond this many connections and requests at once, 503 at once
+        limit_concurrency=http.http_max_concurrency,
     )
     _quiet_uvicorn()
     server = _Server(config)
@@ -136,6 +138,8 @@ async def serve(
                     tg.start_soon(_cancel_when_set, done, wait_scope)
                     await backend.wait_started()
                 if done.is_set():
+                    if isinstance(backend.startup_error, ConfigError):
+                        raise backend.startup_error
                     raise ConfigError("the HTTP API stopped during startup (see the log)")
                 shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
                 log.info("api.listening", extra={"addr": f"{shown}:{bound[1]}"})

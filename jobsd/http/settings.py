@@ -39,12 +39,58 @@ class HttpSettings(BaseSettings):
     http_addr: str | None = None
     """``host:port`` to serve on; the daemon starts the API only when this is set."""
 
+    api_database_url: str | None = None
+    """The API's own database URL (its least-privilege role, ``<prefix>_api``), also for
+    the API inside ``jobsd run``; unset: ``JOBSD_DATABASE_URL``. The API refuses to
+    start as a role that bypasses row-level security unless ``JOBSD_ALLOW_INSECURE``."""
+
     max_body_bytes: int | None = Field(default=None, ge=1024)
     """Largest request body; unset means twice JOBSD_MAX_PAYLOAD_BYTES plus 64 KiB."""
 
-    submit_rate: str | None = None
+    submit_rate: str | None = "1000/s"
     """Submissions allowed per token, as ``N/s``, ``N/m`` or ``N/h`` (bursts of N);
-    unset (or ``off``) means no limit. Over it, ``POST /jobs`` answers 429."""
+    ``off`` means no limit. Over it, ``POST /jobs`` answers 429."""
+
+    read_rate: str | None = "1000/s"
+    """Reads (``GET /jobs``, ``GET /jobs/{id}``) allowed per token, as ``submit_rate``;
+    ``off`` means no limit. Over it, the read answers 429."""
+
+    http_max_concurrency: int = Field(default=1024, ge=1)
+    """Connections and requests the server handles at once; beyond, uvicorn answers 503
+    at once (its ``limit_concurrency``)."""
+
+    longpoll_max_concurrent: int = Field(default=256, ge=1)
+    """Long-polls (``GET /jobs/{id}?wait=``) open at once, all tokens together; beyond,
+    429 at once."""
+
+    longpoll_max_per_token: int = Field(default=32, ge=1)
+    """Long-polls open at once per token; beyond, 429 at once."""
+
+    token_cache_s: float = Field(default=1.0, ge=0)
+    """A token lookup's answer serves the requests carrying that token for this long
+    (one lookup per token and interval under a flood); a revoked token stops working
+    within it. 0 looks every request's token up."""
+
+    probe_cache_s: float = Field(default=1.0, ge=0)
+    """The probes (/readyz, /health, /metrics) ask the database at most once per this
+    interval, whatever the number of callers; the others get the last answer. 0 asks
+    at every probe."""
+
+    probe_token: str | None = Field(default=None, repr=False)
+    """The bearer token of /metrics and /health (operators, Prometheus); unset, they
+    answer 403 unless ``JOBSD_ALLOW_INSECURE``."""
+
+    token_priority_min: int = Field(default=-100, ge=-1_000_000, le=1_000_000)
+    """The most urgent priority a token may submit (lower runs first); an operator may
+    allow more (down to -1,000,000). Beyond it: 422 ``priority_not_allowed``."""
+
+    token_priority_max: int = Field(default=1_000_000, ge=-1_000_000, le=1_000_000)
+    """The least urgent priority a token may submit."""
+
+    max_schedule_ahead: Duration = 3650 * 86400.0
+    """How far ahead ``run_after`` may be (default ten years): a job due in the year
+    9998 would hold its org's quota and the queue's capacity for good. Beyond it: 422
+    ``run_after_too_far``."""
 
     longpoll_max: Duration = 30.0
     """Longest ``?wait=`` a client gets; longer waits are cut to this."""
@@ -67,6 +113,16 @@ class HttpSettings(BaseSettings):
     health_notify_queue_warn: float = Field(default=0.5, ge=0, le=1)
     """The health report warns when the NOTIFY queue is fuller than this share."""
 
+    ui: bool = True
+    """Serve the dashboard at ``/ui`` (``JOBSD_UI=false`` turns it off: 404)."""
+
+    ui_secret: str | None = Field(default=None, min_length=16)
+    """Key that signs dashboard sessions; unset, a random key per process (sessions end
+    when it restarts). Set the same value on every API process behind one address."""
+
+    ui_session_ttl: Duration = 8 * 3600.0
+    """How long a dashboard login lasts."""
+
     @field_validator("http_addr")
     @classmethod
     def _valid_addr(cls, value: str | None) -> str | None:
@@ -74,7 +130,7 @@ class HttpSettings(BaseSettings):
             parse_addr(value)
         return value or None
 
-    @field_validator("submit_rate")
+    @field_validator("submit_rate", "read_rate")
     @classmethod
     def _valid_rate(cls, value: str | None) -> str | None:
         if value is None or value.strip().lower() in ("", "off", "none"):
@@ -84,6 +140,10 @@ class HttpSettings(BaseSettings):
     def submit_rate_limit(self) -> Rate | None:
         """Return the submission rate per token, or None (no limit)."""
         return Rate.parse(self.submit_rate) if self.submit_rate else None
+
+    def read_rate_limit(self) -> Rate | None:
+        """Return the read rate per token, or None (no limit)."""
+        return Rate.parse(self.read_rate) if self.read_rate else None
 
     def body_limit(self, max_payload_bytes: int) -> int:
         """Return the request body cap in bytes."""

@@ -53,13 +53,16 @@ def looks_like_token(text: str) -> bool:
 
 
 def create_token(
-    conn: SyncConn, org_id: str, name: str | None = None, *, admin: bool = False
+    conn: SyncConn, org_id: str | None, name: str | None = None, *, admin: bool = False
 ) -> tuple[str, TokenInfo]:
     """Store a new token for ``org_id``; return the token (shown once) and its record.
 
-    With ``admin`` the token may also administer queues through the API.
+    With ``admin`` (and no org) it is an operator's token: it administers queues through
+    the API and acts for no org. A tenant's token is never an admin one.
     """
-    if not org_id:
+    if admin and org_id is not None:
+        raise ValueError("an admin token belongs to no org: leave the org out")
+    if not admin and not org_id:
         raise ValueError("org must be a non-empty string")
     token = new_token()
     info = store.insert_token(

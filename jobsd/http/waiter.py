@@ -1,7 +1,8 @@
 """Wake long-polling requests when their job reaches a terminal state.
 
 Model: the API process holds ONE connection with ``LISTEN jobsd_done`` (migration
-0002 notifies the job id when a job becomes succeeded, failed or cancelled). Each
+0002 notifies when a job becomes succeeded, failed or cancelled; since migration 0012
+the payload is ``md5(key || id)``, so a role without the key learns no id). Each
 waiting request registers a ``Watch`` for its job id before it reads the job, so a
 notification cannot slip between the read and the wait; a notification sets the
 watches of that id, and the request reads the job again. After every (re)connect
@@ -21,7 +22,8 @@ from contextlib import contextmanager
 import anyio
 from anyio.abc import TaskStatus
 
-from jobsd.errors import BackendUnavailable
+from jobsd.errors import BackendUnavailable, DatabaseError
+from jobsd.store.api import done_notify_key, done_payload
 from jobsd.store.listen import notifications, open_listen_connection
 
 __all__ = ["DONE_CHANNEL", "DoneWaiter", "Watch"]
@@ -63,6 +65,8 @@ class DoneWaiter:
         self.reconnects = 0
         self.last_notify_monotonic: float | None = None
         self._watches: dict[uuid.UUID, set[Watch]] = {}
+        self._key: str | None = None
+        self._payloads: dict[uuid.UUID, str] = {}
 
     @property
     def waiting(self) -> int:
@@ -84,6 +88,7 @@ class DoneWaiter:
                 group.discard(watch)
                 if not group:
                     del self._watches[job_id]
+                    self._payloads.pop(job_id, None)
 
     def wake_all(self) -> None:
         """Wake every waiting request (after a reconnect, or at shutdown)."""
@@ -99,13 +104,17 @@ class DoneWaiter:
     def _deliver(self, payload: str) -> None:
         self.notifications += 1
         self.last_notify_monotonic = time.monotonic()
-        try:
-            job_id = uuid.UUID(payload)
-        except ValueError:
-            log.warning("waiter.bad_payload", extra={"payload": payload[:100]})
+        # the payload is md5(key || id) (migration 0012): compare with the ids waited for
+        key = self._key
+        if key is None:
             return
-        for watch in self._watches.get(job_id, ()):
-            watch.wake()
+        for job_id, group in list(self._watches.items()):
+            expected = self._payloads.get(job_id)
+            if expected is None:
+                expected = self._payloads[job_id] = done_payload(key, job_id)
+            if expected == payload:
+                for watch in group:
+                    watch.wake()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen forever, reconnecting with back-off; report started at once.
@@ -124,6 +133,16 @@ class DoneWaiter:
             )
             try:
                 async with conn:
+                    try:
+                        key = await done_notify_key(conn)
+                    except DatabaseError as exc:
+                        if isinstance(exc, BackendUnavailable):
+                            raise
+                        # a role without the key: long-polls wait for their deadline
+                        log.warning("waiter.no_key", extra={"error": str(exc)})
+                        key = None
+                    if key != self._key:
+                        self._key, self._payloads = key, {}
                     self.connected = True
                     if not first:
                         self.reconnects += 1

@@ -10,6 +10,7 @@ when the API runs as the enqueue or the read role. The API's submit and cancel u
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,16 +26,39 @@ from jobsd.store.named import Row, run_named, sql_text
 
 __all__ = [
     "Cursor",
+    "done_notify_key",
+    "done_payload",
     "get_job_row",
     "health_row",
     "job_status",
     "list_job_rows",
     "ping",
     "queue_depth",
+    "role_bypass",
     "run_for_org",
+    "unhandled_jobs",
 ]
 
 _PIPELINE = psycopg.AsyncPipeline.is_supported()
+
+
+async def done_notify_key(conn: AsyncConn) -> str:
+    """Return the key of the done-notifications' payloads (``md5(key || id)``)."""
+    with db_errors("read of the done-notification key"):
+        rows = await run_named(conn, "api_done_notify_key", {})
+    return str(rows[0]["key"])
+
+
+def done_payload(key: str, job_id: uuid.UUID) -> str:
+    """Return the payload the database sends on ``jobsd_done`` when ``job_id`` ends."""
+    return hashlib.md5(f"{key}{job_id}".encode("ascii"), usedforsecurity=False).hexdigest()
+
+
+async def role_bypass(conn: AsyncConn) -> tuple[str, str]:
+    """Return the connection's role and what lets it past row-level security ('' if nothing)."""
+    with db_errors("role check"):
+        rows = await run_named(conn, "api_role_bypass", {})
+    return str(rows[0]["role"]), str(rows[0]["bypass"] or "")
 
 
 async def run_for_org(
@@ -137,10 +161,23 @@ async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:
     with db_errors("health report"):
         rows = await _bounded(conn, "api_health_report", timeout_s)
     row = dict(rows[0]) if rows else {}
-    for key in ("oldest_queued_age_s", "oldest_xact_age_s", "oldest_prepared_xact_age_s"):
+    for key in (
+        "oldest_queued_age_s",
+        "oldest_xact_age_s",
+        "oldest_prepared_xact_age_s",
+        "oldest_running_age_s",
+        "oldest_running_idle_s",
+    ):
         if row.get(key) is not None:
             row[key] = max(float(row[key]), 0.0)
     return row
+
+
+async def unhandled_jobs(conn: AsyncConn, *, timeout_s: float) -> list[tuple[str, str, int]]:
+    """Count queued jobs of types no live daemon handles, by queue and type (every org's)."""
+    with db_errors("count of unhandled jobs"):
+        rows = await _bounded(conn, "jobs_unhandled", timeout_s)
+    return [(r["queue"], r["type"], int(r["jobs"])) for r in rows]
 
 
 async def notify_queue_usage(conn: AsyncConn, *, timeout_s: float) -> float:

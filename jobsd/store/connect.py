@@ -7,24 +7,33 @@ client's pools, migrations, snapshots), so none can skip the TLS check of
 connection the caller made (``conn=``, a SQLAlchemy Session) is the caller's and is
 not checked.
 
-TCP keepalives are on for every connection: a dead peer is noticed in about a minute
-instead of never (LISTEN and lock connections idle for hours). Each connection is
+Every connection notices a dead link within about 5 s instead of never: TCP
+keepalives probe an idle connection (LISTEN and lock connections idle for hours)
+after 3 s and give up after 2 lost probes, and ``tcp_user_timeout`` drops a
+connection whose sent data (a statement, a probe) stays unacknowledged for 5 s; a
+connection attempt gives up after ``connect_timeout``. A peer that acknowledges but
+never answers (a stuck proxy, a hung server) is left to the statement deadlines of
+the daemon's pool (``make_async_pool(statement_timeout_s=...)``). Each connection is
 named ``jobsd-<role>`` in ``pg_stat_activity``. A failure to connect is
 BackendUnavailable naming the operation (``db_errors``), translated once, here.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from jobsd.store.db import AsyncPool, SyncPool, db_errors
-from jobsd.store.tls import require_secure_connection
+from jobsd.store.db import AsyncPool, DeadlinePool, SyncPool, db_errors
+from jobsd.store.named import run_named
+from jobsd.store.tls import auth_params, require_secure_connection, unverified_reason
 
 __all__ = [
     "check_url",
@@ -39,14 +48,21 @@ __all__ = [
 OwnConn = psycopg.Connection[DictRow]
 OwnAsyncConn = psycopg.AsyncConnection[DictRow]
 
+# libpq parameters (tcp_user_timeout: libpq >= 12, Linux; ignored elsewhere)
 _KEEPALIVES: dict[str, Any] = {
     "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
+    "keepalives_idle": 3,
+    "keepalives_interval": 1,
+    "keepalives_count": 2,
+    "tcp_user_timeout": 5000,
+    "connect_timeout": 5,
 }
+# the client warns about a block this long after the server should have cancelled it
+_DEADLINE_MARGIN_S = 1.0
 # a failed reconnect of a pool is retried on the next demand after this long at most
 _POOL_RECONNECT_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
 
 _warned: set[str] = set()
 _trusted: set[str] = set()
@@ -73,12 +89,21 @@ def check_url(url: str) -> str | None:
     reason = require_secure_connection(url, warn=url not in _warned)
     if reason is not None:
         _warned.add(url)
-    return reason
+        return reason
+    unverified = unverified_reason(url)
+    if unverified is not None and url not in _warned:
+        _warned.add(url)
+        log.warning("security.server_not_verified", extra={"reason": unverified})
+    return None
 
 
 def _params(url: str, application_name: str) -> dict[str, Any]:
     check_url(url)
-    return {"application_name": application_name, **_KEEPALIVES}
+    # a value the URL sets itself (a longer connect_timeout for a far server) wins
+    given = conninfo_to_dict(url)
+    link = {k: v for k, v in _KEEPALIVES.items() if k not in given}
+    extra = {} if url in _trusted else auth_params(url)
+    return {"application_name": application_name, **link, **extra}
 
 
 @contextmanager
@@ -125,19 +150,57 @@ async def connect_async(
 
 
 def make_async_pool(
-    url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
+    url: str,
+    *,
+    name: str,
+    min_size: int,
+    max_size: int,
+    timeout_s: float,
+    statement_timeout_s: float | None = None,
+    give_up_after_s: float | None = None,
 ) -> AsyncPool:
     """Create (unopened) an async pool of autocommit connections named ``jobsd-<name>``.
 
     A failed reconnect is retried on the next demand. Connections are autocommit: a
     single statement commits on its own in one round trip; multi-statement work opens
     an explicit ``conn.transaction()``.
+
+    With ``statement_timeout_s`` (the daemon's pool) each connection gets it as its
+    ``statement_timeout`` (the server cancels a slow statement, which rolls back: safe
+    to retry), and ``idle_in_transaction_session_timeout`` and, where the server has
+    it, ``client_connection_check_interval``, so a session whose client is cut off
+    releases its locks. The pool is then a ``DeadlinePool``: ``acquire`` warns
+    (``db.no_answer``) about a block without an answer ``statement_timeout_s`` + 1 s
+    after it began (the database is unreachable), and gives up on it after
+    ``give_up_after_s`` (default: 6 statement timeouts, at least 30 s), raising
+    BackendUnavailable.
     """
-    return AsyncConnectionPool(
-        url,
-        connection_class=psycopg.AsyncConnection[DictRow],
-        **_pool_options(url, name, min_size, max_size, timeout_s),
+    options = _pool_options(url, name, min_size, max_size, timeout_s)
+    if statement_timeout_s is None:
+        return AsyncConnectionPool(
+            url, connection_class=psycopg.AsyncConnection[DictRow], **options
+        )
+    timeouts = {
+        "statement_timeout": _ms(statement_timeout_s),
+        "idle_in_transaction_session_timeout": _ms(2 * statement_timeout_s),
+        "client_connection_check_interval": _ms(min(statement_timeout_s, 1.0)),
+    }
+
+    async def configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
+        await run_named(conn, "workers_session_deadlines", {"settings": Jsonb(timeouts)})
+
+    pool = DeadlinePool(
+        url, connection_class=psycopg.AsyncConnection[DictRow], configure=configure, **options
     )
+    pool.warn_after_s = statement_timeout_s + _DEADLINE_MARGIN_S
+    pool.give_up_after_s = (
+        give_up_after_s if give_up_after_s is not None else max(30.0, 6 * statement_timeout_s)
+    )
+    return pool
+
+
+def _ms(seconds: float) -> str:
+    return str(max(1, round(seconds * 1000)))
 
 
 def make_sync_pool(

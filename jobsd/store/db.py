@@ -7,6 +7,7 @@ once, in the store function that runs a statement, and hands out pooled connecti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -31,6 +32,8 @@ from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
     InvalidPayload,
+    OrgQuotaExceeded,
+    PayloadTooLarge,
     QueueFull,
     TransientConflict,
     UnknownQueue,
@@ -39,11 +42,14 @@ from jobsd.errors import (
 __all__ = [
     "AsyncConn",
     "AsyncPool",
+    "DeadlinePool",
     "SyncConn",
     "SyncPool",
     "acquire",
     "acquire_sync",
+    "cause_of",
     "db_errors",
+    "is_unavailable",
     "make_async_pool",
     "transient_retries",
 ]
@@ -84,6 +90,11 @@ def db_errors(operation: str) -> Iterator[None]:
         if exc.diag.constraint_name == "jobs_queue_fkey":
             raise UnknownQueue(_queue_from_detail(exc.diag.message_detail)) from exc
         raise DatabaseError(f"{operation} failed: {exc}") from exc
+    except psycopg.errors.CheckViolation as exc:
+        limit = _SIZE_CHECKS.get(exc.diag.constraint_name or "")
+        if limit is not None:
+            raise PayloadTooLarge(f"{operation} failed: {limit}") from exc
+        raise DatabaseError(f"{operation} failed: {exc}") from exc
     except (
         psycopg.errors.UntranslatableCharacter,
         psycopg.errors.CharacterNotInRepertoire,
@@ -98,18 +109,92 @@ def db_errors(operation: str) -> Iterator[None]:
         raise TransientConflict(
             f"{operation} failed: conflict with a concurrent transaction, retry ({exc})"
         ) from exc
-    except psycopg.OperationalError as exc:
-        raise BackendUnavailable(f"{operation} failed: database unavailable ({exc})") from exc
-    except psycopg.InterfaceError as exc:
-        raise BackendUnavailable(f"{operation} failed: connection unusable ({exc})") from exc
     except psycopg.Error as exc:
         if exc.sqlstate == QUEUE_FULL_SQLSTATE:
             raise _queue_full(exc) from exc
+        if exc.sqlstate == ORG_QUOTA_SQLSTATE:
+            raise _org_quota(exc) from exc
+        if is_unavailable(exc):
+            what = (
+                "connection unusable"
+                if isinstance(exc, psycopg.InterfaceError)
+                else ("database unavailable")
+            )
+            raise BackendUnavailable(f"{operation} failed: {what} ({exc})") from exc
         raise DatabaseError(f"{operation} failed: {exc}") from exc
+
+
+# The size caps of migration 0011, by constraint name.
+_SIZE_CHECKS = {
+    "jobs_payload_size": "payload over the database's limit of 1048576 bytes (as jsonb text)",
+    "jobs_report_size": "report over the database's limit of 1048576 bytes (as jsonb text)",
+    "jobs_progress_size": "progress over the database's limit of 1048576 bytes (as jsonb text)",
+    "jobs_type_size": "job type longer than 200 characters",
+    "jobs_dedup_key_size": "dedup_key longer than 512 characters",
+    "jobs_org_id_size": "org_id longer than 255 bytes",
+}
+
+
+# SQLSTATEs that mean "the database is away": the connection is lost or refused, the
+# server is shutting down or starting, a system error (I/O) that a restart cures.
+# Retrying them (the daemon does, forever) is right. Every other error is about the
+# statement itself (resource and program limits of classes 53/54/55, a statement
+# timeout 57014, data errors of class 22, ...): retrying the same statement fails the
+# same way, so it is poison, raised as DatabaseError for its caller to isolate.
+_UNAVAILABLE_CLASSES = ("08", "58")
+_UNAVAILABLE_STATES = frozenset(
+    {
+        "53300",  # too_many_connections: refused at connect, the statement never ran
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, recovering)
+        "57P04",  # database_dropped
+        "57P05",  # idle_session_timeout: the session is gone
+    }
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Say whether a psycopg error means the database is away (retry) rather than
+    that the statement cannot succeed (poison).
+
+    An error without a SQLSTATE (connection refused, dropped, closed: raised by libpq
+    or psycopg, not by the server) is unavailability.
+    """
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return state in _UNAVAILABLE_STATES or state[:2] in _UNAVAILABLE_CLASSES
+
+
+def cause_of(exc: BaseException) -> str:
+    """Return a short, storable description of why the database refused a statement:
+    the server's primary message and SQLSTATE, without its DETAIL (which may quote
+    the whole refused row)."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
+    if isinstance(cause, psycopg.Error) and cause.diag.message_primary:
+        return f"{cause.diag.message_primary} (SQLSTATE {cause.sqlstate})"
+    return str(exc).split("\n", 1)[0]
 
 
 # Raised by the admission trigger of migration 0008 when a queue is at capacity.
 QUEUE_FULL_SQLSTATE = "JQ001"
+
+
+# Raised by the org quota trigger of migration 0012 when an org holds its open jobs.
+ORG_QUOTA_SQLSTATE = "JQ003"
+
+
+def _org_quota(exc: psycopg.Error) -> OrgQuotaExceeded:
+    try:
+        detail = json.loads(exc.diag.message_detail or "{}")
+        return OrgQuotaExceeded(str(detail["queue"]), int(detail["org_open_limit"]))
+    except (ValueError, KeyError, TypeError):
+        return OrgQuotaExceeded("?")
 
 
 def _queue_full(exc: psycopg.Error) -> QueueFull:
@@ -120,17 +205,60 @@ def _queue_full(exc: psycopg.Error) -> QueueFull:
         return QueueFull("?")
 
 
+class DeadlinePool(AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]):
+    """A pool whose blocks (``acquire``) are watched: a warning after ``warn_after_s``
+    without an answer, abandoned after ``give_up_after_s``.
+
+    For the daemon's services. The server cancels a statement of theirs after
+    ``JOBSD_STATEMENT_TIMEOUT`` (set on each connection), so a block still waiting a
+    second later is waiting for a database it cannot reach (a partition, a blackhole:
+    not even the cancellation comes back): ``db.no_answer`` is logged then. The block
+    keeps waiting, since a link that heals delivers the answer at once, until
+    ``give_up_after_s``. A link that is down is dropped sooner by the kernel
+    (``tcp_user_timeout``).
+    """
+
+    warn_after_s: float | None = None
+    give_up_after_s: float | None = None
+
+
+def _no_answer(operation: str, waited_s: float, warned: list[bool]) -> None:
+    warned.append(True)
+    log.warning("db.no_answer", extra={"operation": operation, "waited_s": waited_s})
+
+
 @asynccontextmanager
 async def acquire(pool: AsyncPool, operation: str) -> AsyncIterator[AsyncConn]:
     """Take a pooled connection; a pool timeout becomes BackendUnavailable naming ``operation``.
 
     Only taking the connection is translated here: the statements of the block are
-    translated by the store functions that run them.
+    translated by the store functions that run them. On a ``DeadlinePool`` a block
+    without an answer after ``warn_after_s`` logs ``db.no_answer``; one that outlives
+    ``give_up_after_s`` is cancelled, its connection closed (psycopg gives up on a
+    statement interrupted twice) and discarded, and BackendUnavailable raised: the
+    service's pass is retried on a new connection.
     """
     with db_errors(operation):
         conn = await pool.getconn()
     try:
-        yield conn
+        if not isinstance(pool, DeadlinePool) or pool.give_up_after_s is None:
+            yield conn
+            return
+        warned: list[bool] = []
+        warn_s = pool.warn_after_s or pool.give_up_after_s
+        # a timer, not a task: this is every statement of the daemon's hot path
+        timer = asyncio.get_running_loop().call_later(warn_s, _no_answer, operation, warn_s, warned)
+        try:
+            with anyio.move_on_after(pool.give_up_after_s) as scope:
+                yield conn
+        finally:
+            timer.cancel()
+        if scope.cancelled_caught:
+            raise BackendUnavailable(
+                f"{operation} failed: no answer from the database within {pool.give_up_after_s:g} s"
+            )
+        if warned:
+            log.info("db.answered", extra={"operation": operation})
     finally:
         await pool.putconn(conn)
 

@@ -365,6 +365,7 @@ _MANY_COLUMNS = {
     "run_afters": "run_after",
     "priorities": "priority",
     "concurrency_keys": "concurrency_key",
+    "trace_contexts": "trace_context",
 }
 
 

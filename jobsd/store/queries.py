@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -36,6 +36,7 @@ __all__ = [
     "cancel_job",
     "claim_batch",
     "claim_job",
+    "db_now",
     "finish_batch",
     "get_job",
     "get_job_events",
@@ -100,13 +101,15 @@ async def claim_batch(
     keep_dedup_types: Sequence[str],
     key_limits: Mapping[str, int] | None = None,
     free: int | None = None,
+    types: Sequence[str] | None = None,
 ) -> ClaimRound:
     """Claim up to ``limit`` queued jobs in claim order, in one statement.
 
     ``key_limits`` maps job types to their per-key concurrency limit (types not in
     it use their queue's limit, else 1). ``free`` (None: ``limit``) is how many of them
     start at once; the others are claimed ahead and are only jobs without a dedup or
-    concurrency key.
+    concurrency key. ``types``: claim only jobs of these types (the daemon's handlers);
+    None claims every type.
     """
     limits = dict(key_limits or {})
     params = {
@@ -117,6 +120,7 @@ async def claim_batch(
         "limit_types": list(limits),
         "limit_values": list(limits.values()),
         "free": free,
+        "types": list(types) if types is not None else None,
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_batch", params)
@@ -200,11 +204,15 @@ class Finished:
 
 
 async def finish_batch(
-    conn: AsyncConn, rows: Sequence[FinishRow]
+    conn: AsyncConn,
+    rows: Sequence[FinishRow],
+    *,
+    before_commit: Callable[[], object] | None = None,
 ) -> dict[uuid.UUID, Finished]:
     """Write many outcomes in one statement; return what each written one became, by id.
 
     An id missing from the result had lost its lease: that outcome was discarded.
+    ``before_commit`` (a fault point) runs after the statement, inside its transaction.
     """
     if not rows:
         return {}
@@ -227,8 +235,14 @@ async def finish_batch(
             }
         )
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
+    params = {"results": f"[{','.join(parts)}]"}
     with db_errors(f"finish of {len(rows)} jobs"):
-        result = await run_named(conn, "jobs_finish_batch", {"results": f"[{','.join(parts)}]"})
+        if before_commit is None:
+            result = await run_named(conn, "jobs_finish_batch", params)
+        else:
+            async with conn.transaction():
+                result = await run_named(conn, "jobs_finish_batch", params)
+                before_commit()
     return {
         r["id"]: Finished(
             id=r["id"],
@@ -260,11 +274,13 @@ def _sweep_params(
     stale_after_s: float | None = None,
     now: datetime | None = None,
     dead_workers: Sequence[str] = (),
+    only: uuid.UUID | None = None,
 ) -> dict[str, Any]:
     """Return the parameters of ``jobs_sweep_stale``: the types' rules as parallel arrays."""
     types = sorted(set(max_attempts) | set(delivery or {}))
     return {
         "now": now,
+        "only": only,
         "stale_after_s": stale_after_s,
         "types": types,
         "max_attempts": [max_attempts.get(t) for t in types],
@@ -272,6 +288,14 @@ def _sweep_params(
         "default_max_attempts": default_max_attempts,
         "dead_workers": list(dead_workers),
     }
+
+
+async def db_now(conn: AsyncConn) -> datetime:
+    """Return the database's ``now()``."""
+    with db_errors("reading the database's clock"):
+        rows = await run_named(conn, "jobs_db_now", {})
+    now: datetime = rows[0]["now"]
+    return now
 
 
 async def sweep_stale(
@@ -283,15 +307,28 @@ async def sweep_stale(
     default_max_attempts: int,
     delivery: dict[str, str] | None = None,
     now: datetime | None = None,
+    only: uuid.UUID | None = None,
 ) -> list[Job]:
-    """Rescue running jobs whose heartbeat is stale, per their type's delivery."""
+    """Rescue running jobs whose heartbeat is stale, per their type's delivery
+    (``only``: that job alone, if it is stale)."""
     rules = (max_attempts, delivery, default_max_attempts)
-    params = _sweep_params(*rules, stale_after_s=stale_after_s, now=now)
+    params = _sweep_params(*rules, stale_after_s=stale_after_s, now=now, only=only)
     with db_errors(f"sweep by worker {worker_id!r}"):
         async with conn.transaction():
             await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
             rows = await run_named(conn, "jobs_sweep_stale", params)
     return [Job.from_row(r) for r in rows]
+
+
+async def stale_jobs(
+    conn: AsyncConn, *, stale_after_s: float, now: datetime | None = None
+) -> list[tuple[uuid.UUID, uuid.UUID | None]]:
+    """Return the (id, lease id) of every running job whose heartbeat is stale."""
+    with db_errors("list of stale jobs"):
+        rows = await run_named(
+            conn, "jobs_stale_list", {"stale_after_s": stale_after_s, "now": now}
+        )
+    return [(r["id"], r["lease_id"]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

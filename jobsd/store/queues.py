@@ -17,9 +17,25 @@ from jobsd.models import QueueInfo
 from jobsd.store.db import AsyncConn, db_errors
 from jobsd.store.named import run_named
 
-__all__ = ["create", "drop", "get", "list_all", "pause", "resume", "set_limits"]
+__all__ = [
+    "create",
+    "drop",
+    "get",
+    "list_all",
+    "pause",
+    "resume",
+    "set_actor",
+    "set_limits",
+    "set_org_limits",
+]
 
 LIMITS = ("capacity", "concurrency_limit", "retention_days")
+
+
+async def set_actor(conn: AsyncConn, actor: str) -> None:
+    """Name the actor of the transaction's changes (``admin_actions.actor``, history)."""
+    with db_errors("naming the actor"):
+        await run_named(conn, "admin_set_actor", {"worker_id": actor})
 
 
 async def _info(conn: AsyncConn, name: str) -> QueueInfo:
@@ -71,6 +87,21 @@ async def set_limits(conn: AsyncConn, name: str, changes: Mapping[str, int | Non
         params[field] = changes.get(field)
     operation = f"change of the limits of queue {name!r}"
     return await _change(conn, name, "queues_set_limits", params, operation)
+
+
+async def set_org_limits(conn: AsyncConn, name: str, changes: Mapping[str, int | None]) -> None:
+    """Set ``org_running_limit`` / ``org_open_limit`` in ``changes``; raise UnknownQueue."""
+    params: dict[str, Any] = {
+        "name": name,
+        "set_running": "org_running_limit" in changes,
+        "org_running_limit": changes.get("org_running_limit"),
+        "set_open": "org_open_limit" in changes,
+        "org_open_limit": changes.get("org_open_limit"),
+    }
+    with db_errors(f"change of the per-org limits of queue {name!r}"):
+        rows = await run_named(conn, "queues_set_org_limits", params)
+    if not rows[0]["done"]:
+        raise UnknownQueue(name)
 
 
 async def pause(conn: AsyncConn, name: str) -> QueueInfo:

@@ -36,8 +36,8 @@ def _text(name: str) -> LiteralString:
 class RoleStatements:
     """The blocks of ``roles.sql`` on one connection, inside its transaction.
 
-    ``names`` arguments map a kind (``owner``, ``enqueue``, ``worker``, ``read``) to
-    a role name.
+    ``names`` arguments map a kind (``owner``, ``enqueue``, ``worker``, ``read``,
+    ``admin``, ``api``) to a role name.
     """
 
     def __init__(self, conn: SyncConn) -> None:
@@ -68,7 +68,7 @@ class RoleStatements:
         return self._rows("roles_runner", {})[0]
 
     def schema_state(self) -> Row:
-        """Return ``migrated``, ``rls`` and ``has_api_tokens`` of schema jobsd."""
+        """Return ``migrated``, ``rls``, ``has_api_tokens``, ``has_role_orgs`` of schema jobsd."""
         return self._rows("roles_schema_state", {})[0]
 
     def existing(self, roles: list[str]) -> dict[str, Row]:
@@ -120,8 +120,27 @@ class RoleStatements:
         self._run_for("roles_grant_functions", names)
 
     def grant_api_tokens(self, names: Mapping[str, str]) -> None:
-        """Let the enqueue role look tokens up (migration 0002)."""
+        """Let the API's role (and the enqueue role) look tokens up (migration 0012)."""
         self._run_for("roles_grant_api_tokens", names)
+
+    def register_trusted(self, roles: list[str]) -> None:
+        """Let ``roles`` act for the org they set in jobsd.org_id (``role_orgs``, org null)."""
+        self._rows("roles_trusted", {"names": roles})
+
+    def pin_tenant(self, role: str, org_id: str) -> None:
+        """Pin ``role`` to ``org_id`` in ``role_orgs``."""
+        self._rows("roles_tenant_pin", {"role": role, "org_id": org_id})
+
+    def grant_tenant(self, role: str, database: str) -> None:
+        """Grant a tenant's role what it may read of its org."""
+        self._run(
+            "roles_tenant_grants", role=sql.Identifier(role), database=sql.Identifier(database)
+        )
+
+    def forget(self, roles: list[str]) -> None:
+        """Delete the ``role_orgs`` rows of ``roles`` (when the schema has the table)."""
+        if self.schema_state()["has_role_orgs"]:
+            self._rows("roles_forget", {"names": roles})
 
     def default_privileges(self, names: Mapping[str, str]) -> None:
         """Grant the read role what the owner creates later."""

@@ -27,9 +27,11 @@ from jobsd.errors import ConfigError
 __all__ = [
     "SecuritySettings",
     "allow_insecure",
+    "auth_params",
     "check_connection_security",
     "insecure_reason",
     "require_secure_connection",
+    "unverified_reason",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,11 @@ class SecuritySettings(BaseSettings):
 
     allow_insecure: bool = False
     """Accept a plaintext TCP connection to Postgres (development only; logs a warning)."""
+
+    require_scram: bool | None = None
+    """Require SCRAM authentication of TCP connections (libpq's
+    ``require_auth=scram-sha-256``: a server that asks for a cleartext or MD5 password,
+    or for none, is refused). Unset: on, except with ``JOBSD_ALLOW_INSECURE=1``."""
 
 
 def allow_insecure() -> bool:
@@ -121,6 +128,56 @@ def insecure_reason(url: str, environ: Mapping[str, str] | None = None) -> str |
     if _SSLMODES.index(sslmode) >= _REQUIRED or gssencmode == "require":
         return None
     return f"TCP host {', '.join(tcp_hosts)} with sslmode={sslmode}"
+
+
+def unverified_reason(url: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Say why a TCP connection of ``url`` does not verify the server's certificate and
+    name (``sslmode`` other than ``verify-full``); None when it does or is local."""
+    env = os.environ if environ is None else environ
+    try:
+        params = _resolve(url, env)
+    except ConfigError:
+        return None
+    tcp_hosts = _tcp_hosts(params.get("host", ""), params.get("hostaddr", ""))
+    sslmode = params.get("sslmode", "") or "prefer"
+    if not tcp_hosts or sslmode == "verify-full":
+        return None
+    return (
+        f"TCP host {', '.join(tcp_hosts)} with sslmode={sslmode}: the server's certificate "
+        "is not checked against its name, a man in the middle can impersonate it "
+        "(use sslmode=verify-full with sslrootcert)"
+    )
+
+
+def auth_params(url: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the libpq parameters that enforce ``JOBSD_REQUIRE_SCRAM`` on ``url``.
+
+    ``require_auth=scram-sha-256`` for a TCP host when SCRAM is required (the default
+    unless ``JOBSD_ALLOW_INSECURE``) and the URL does not set ``require_auth`` itself;
+    nothing for a unix socket (peer authentication is the local norm). Needs libpq 16
+    or newer: an older one refuses to connect rather than skip the check.
+    """
+    env = os.environ if environ is None else environ
+    settings = SecuritySettings()
+    required = settings.require_scram
+    if required is None:
+        required = not settings.allow_insecure
+    if not required:
+        return {}
+    try:
+        params = _resolve(url, env)
+    except ConfigError:
+        return {}
+    if "require_auth" in params:
+        return {}
+    if not _tcp_hosts(params.get("host", ""), params.get("hostaddr", "")):
+        return {}
+    if psycopg.pq.version() < 160000:
+        raise ConfigError(
+            f"JOBSD_REQUIRE_SCRAM needs libpq 16 or newer (this one is {psycopg.pq.version()}): "
+            "upgrade libpq, or set JOBSD_REQUIRE_SCRAM=0 and check pg_hba.conf yourself"
+        )
+    return {"require_auth": "scram-sha-256"}
 
 
 def _resolve(url: str, env: Mapping[str, str]) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """One typed function per ``api_tokens_*`` statement of ``sql/queries/api.sql``: bearer tokens.
 
 Only a token's SHA-256 is ever stored or looked up; making and hashing tokens is
-``jobsd.http.tokens``'s. ``api_tokens`` has no row-level security: a lookup runs
-before the org is known.
+``jobsd.http.tokens``'s. ``api_tokens`` has row-level security (migration 0012): a
+lookup runs before the org is known, through the SECURITY DEFINER function
+``jobsd.api_token_lookup``. Admin (operator) tokens belong to no org.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ class TokenInfo:
     """A stored token, without its secret."""
 
     id: uuid.UUID
-    org_id: str
+    org_id: str | None
+    """None for an operator (admin) token: it acts for no org."""
     name: str | None
     prefix: str
     created_at: datetime
     revoked_at: datetime | None
     admin: bool = False
-    """The token may also administer queues (every queue, whatever its org)."""
+    """The token may administer queues (every queue); an operator's only when of no org."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TokenInfo:
@@ -40,11 +42,16 @@ class TokenInfo:
 
 @dataclass(frozen=True, slots=True)
 class TokenGrant:
-    """What a valid token allows: acting for ``org_id``, and with ``admin`` on queues."""
+    """What a valid token allows: acting for ``org_id``, or (admin, no org) on queues."""
 
     id: uuid.UUID
-    org_id: str
+    org_id: str | None
     admin: bool
+
+    @property
+    def operator(self) -> bool:
+        """Say whether the token is an operator's: admin, and of no org."""
+        return self.admin and self.org_id is None
 
 
 async def find_token(conn: AsyncConn, token_hash: bytes) -> TokenGrant | None:
@@ -53,13 +60,21 @@ async def find_token(conn: AsyncConn, token_hash: bytes) -> TokenGrant | None:
         rows = await run_named(conn, "api_tokens_lookup", {"token_hash": token_hash})
     if not rows:
         return None
-    return TokenGrant(rows[0]["id"], str(rows[0]["org_id"]), bool(rows[0]["admin"]))
+    org_id = rows[0]["org_id"]
+    org = None if org_id is None else str(org_id)
+    return TokenGrant(rows[0]["id"], org, bool(rows[0]["admin"]))
 
 
 def insert_token(
-    conn: SyncConn, *, org_id: str, name: str | None, prefix: str, token_hash: bytes, admin: bool
+    conn: SyncConn,
+    *,
+    org_id: str | None,
+    name: str | None,
+    prefix: str,
+    token_hash: bytes,
+    admin: bool,
 ) -> TokenInfo:
-    """Store a token's hash for ``org_id``; return its record."""
+    """Store a token's hash for ``org_id`` (None: an operator token); return its record."""
     params = {
         "org_id": org_id,
         "name": name,
@@ -67,7 +82,8 @@ def insert_token(
         "token_hash": token_hash,
         "admin": admin,
     }
-    with db_errors(f"creation of a token for org {org_id!r}"):
+    what = f"for org {org_id!r}" if org_id is not None else "for operators"
+    with db_errors(f"creation of a token {what}"):
         rows = run_named_sync(conn, "api_tokens_insert", params)
     return TokenInfo.from_row(rows[0])
 

@@ -7,11 +7,15 @@ worker lock is a session lock and lives exactly as long as that connection does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from jobsd.store.connect import open_connection_async
 from jobsd.store.db import AsyncConn, db_errors, transient_retries
 from jobsd.store.named import run_named
 
 __all__ = [
+    "TypeRule",
     "deregister_worker",
     "lock_worker",
     "open_worker_connection",
@@ -39,9 +43,35 @@ async def lock_worker(conn: AsyncConn, worker_id: str) -> bool:
     return bool(rows[0]["locked"])
 
 
-async def register_worker(conn: AsyncConn, worker_id: str, *, hostname: str, pid: int) -> None:
-    """Insert the worker's row (or stamp it when it exists)."""
-    params = {"worker_id": worker_id, "hostname": hostname, "pid": pid}
+@dataclass(frozen=True, slots=True)
+class TypeRule:
+    """What a daemon's handler declares about its type, recorded in jobsd.job_types."""
+
+    type: str
+    delivery: str
+    max_attempts: int
+
+
+async def register_worker(
+    conn: AsyncConn,
+    worker_id: str,
+    *,
+    hostname: str,
+    pid: int,
+    types: Sequence[str] | None = None,
+    rules: Sequence[TypeRule] = (),
+) -> None:
+    """Insert the worker's row (or stamp it when it exists) with the types it claims
+    (None: every type), and record the rules of its types."""
+    params = {
+        "worker_id": worker_id,
+        "hostname": hostname,
+        "pid": pid,
+        "types": list(types) if types is not None else None,
+        "rule_types": [r.type for r in rules],
+        "rule_deliveries": [r.delivery for r in rules],
+        "rule_max_attempts": [r.max_attempts for r in rules],
+    }
     with db_errors(f"registration of worker {worker_id!r}"):
         await run_named(conn, "workers_register", params)
 

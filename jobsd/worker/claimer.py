@@ -46,6 +46,9 @@ class ClaimerSettings:
     worker_id: str
     queues: tuple[str, ...]
     poll_interval_s: float
+    known_types_only: bool = False
+    """claim only the types the registry has handlers for (``JOBSD_UNKNOWN_TYPES=leave``,
+    the daemon's default); False claims every type"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +149,10 @@ class Claimer:
                     keep_dedup_types=self.registry.keep_dedup_types(),
                     key_limits=self.registry.concurrency_limits(),
                     free=max(self.holdings.free, 0),
+                    types=self.registry.types() if self.cfg.known_types_only else None,
                 )
             for job in jobs:
-                self.stats.claimed[job.type] += 1
+                self.stats.claimed[self.stats.label(job.type)] += 1
                 self.start_job(job)
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})

@@ -92,6 +92,11 @@ class ManualClock:
         self._now += timedelta(seconds=seconds)
         self._monotonic += seconds
 
+    def jump(self, seconds: float) -> None:
+        """Step the wall time alone by ``seconds`` (either way), as an NTP step or a
+        clock set by hand does; the monotonic time stays."""
+        self._now += timedelta(seconds=seconds)
+
     async def sleep(self, seconds: float) -> None:
         """Move the time on by ``seconds`` and return at once (after a checkpoint)."""
         self.slept.append(seconds)

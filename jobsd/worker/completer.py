@@ -20,12 +20,13 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from jobsd.errors import BackendUnavailable, DatabaseError
+from jobsd.errors import BackendUnavailable, DatabaseError, InvalidPayload
 from jobsd.models import Job
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
 from jobsd.worker.executor import Outcome, failure
+from jobsd.worker.faults import crash_at
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.loop import run_loop, through_outage
 from jobsd.worker.mailbox import Mailbox
@@ -44,6 +45,8 @@ class CompleterSettings:
 
     worker_id: str
     batch_size: int = 500
+    fault: str | None = None
+    """``JOBSD_FAULT``: ``after_outcome_sent`` exits before the outcome's commit"""
 
 
 @dataclass(slots=True)
@@ -69,7 +72,9 @@ class Completer:
         stats: DaemonStats,
         waker: Waker,
         on_failed: Callable[[Job], None],
+        on_recovery: Callable[[Job], None] | None = None,
     ) -> None:
+        self.on_recovery = on_recovery
         self.pool = pool
         self.cfg = cfg
         self.clock = clock
@@ -81,6 +86,7 @@ class Completer:
         # one flush at a time: at shutdown drain() runs while run() may be mid-write, and
         # two writers of the same batch would report written results as discarded
         self._flushing = anyio.Lock()
+        self._settled_at = clock.monotonic()
 
     def submit(self, held: Held, outcome: Outcome) -> None:
         """Queue an outcome for writing; never blocks."""
@@ -99,7 +105,13 @@ class Completer:
             if batch:
                 await self._write(batch)
                 self._inbox.drop(len(batch))
+            self._settled_at = self.clock.monotonic()
             return len(batch)
+
+    def stalled(self, bound_s: float) -> bool:
+        """Say whether outcomes have waited more than ``bound_s`` with no write settling
+        any (the database away, or refusing): the watchdog then stops pinging."""
+        return bool(self._inbox) and self.clock.monotonic() - self._settled_at > bound_s
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write outcomes as they come, until cancelled; retry while the database is away."""
@@ -125,12 +137,14 @@ class Completer:
         rows = [_finish_row(r) for r in batch]
         try:
             async with acquire(self.pool, "finish") as conn:
-                written = await queries.finish_batch(conn, rows)
+                written = await queries.finish_batch(conn, rows, before_commit=self._fault(batch))
         except BackendUnavailable:
             raise
-        except DatabaseError:
+        except (DatabaseError, InvalidPayload) as exc:
+            # poison, not an outage (store.db.is_unavailable): the same rows would
+            # fail the same way, so they are never retried as they are
             if len(batch) == 1:
-                written = await self._write_poisoned(batch[0])
+                written = await self._write_poisoned(batch[0], exc)
             else:
                 # One bad row must not hold back the others: write them one by one.
                 for result in batch:
@@ -140,6 +154,12 @@ class Completer:
         if discarded:
             await self._note_discarded(discarded)
 
+    def _fault(self, batch: list[_Result]) -> Callable[[], object] | None:
+        if self.cfg.fault != "after_outcome_sent":
+            return None
+        ids = [str(r.held.job.id) for r in batch]
+        return lambda: crash_at("after_outcome_sent", ids)
+
     async def _note_discarded(self, job_ids: list[uuid.UUID]) -> None:
         # best effort: the result is discarded either way, only the evidence is lost
         try:
@@ -148,16 +168,32 @@ class Completer:
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("completer.note_failed", extra={"count": len(job_ids), "error": str(exc)})
 
-    async def _write_poisoned(self, result: _Result) -> dict[uuid.UUID, queries.Finished]:
-        log.error(
-            "completer.result_rejected", extra={"job_id": str(result.held.job.id)}, exc_info=True
+    async def _write_poisoned(
+        self, result: _Result, exc: Exception
+    ) -> dict[uuid.UUID, queries.Finished]:
+        """Fail the job whose outcome the database refused, naming why; a job whose
+        failure cannot be written either is left to the sweeper (logged, dropped)."""
+        job_id = result.held.job.id
+        log.error("completer.result_rejected", extra={"job_id": str(job_id)}, exc_info=True)
+        replacement = failure(
+            f"the job's result could not be stored: {cause_of(exc)}", reason="result rejected"
         )
-        replacement = failure("the job's result could not be stored", reason="result rejected")
-        async with acquire(self.pool, "finish") as conn:
-            # without the progress: it may be what the database refused
-            return await queries.finish_batch(
-                conn, [_finish_row(_Result(result.held, replacement, None))]
+        try:
+            async with acquire(self.pool, "finish") as conn:
+                # without the progress: it may be what the database refused
+                return await queries.finish_batch(
+                    conn, [_finish_row(_Result(result.held, replacement, None))]
+                )
+        except (DatabaseError, InvalidPayload) as again:
+            if isinstance(again, BackendUnavailable):
+                raise
+            log.error(
+                "completer.result_dropped",
+                extra={"job_id": str(job_id), "error": cause_of(again)},
             )
+            # not written: "discarded" below; the sweeper rescues the job once its
+            # heartbeat is stale, as for any owner that stopped reporting
+            return {}
 
     def _settle(
         self, batch: list[_Result], written: dict[uuid.UUID, queries.Finished]
@@ -182,7 +218,7 @@ class Completer:
                 )
                 discarded.append(job_id)
                 continue
-            self.stats.finished[(job.type, str(job.status))] += 1
+            self.stats.finished[(self.stats.label(job.type), str(job.status))] += 1
             log.info(
                 "job.finished",
                 extra={
@@ -194,6 +230,9 @@ class Completer:
             )
             if job.status == "failed":
                 self.on_failed(job.applied_to(result.held.job, result.outcome.report_json))
+            elif job.status == "recovery_required" and self.on_recovery is not None:
+                # an ambiguous end: the type's recover hook decides (recoverer.py)
+                self.on_recovery(job.applied_to(result.held.job, result.outcome.report_json))
             elif job.status == "scheduled":
                 # a retry with a back-off: let the claimer learn its due time now
                 self.waker.wake("scheduled")

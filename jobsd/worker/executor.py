@@ -8,40 +8,41 @@ written back (``queued`` while an ``at_least_once`` type has attempts left, else
 the heartbeat) reports ``lease lost``, which the completer discards; a run cancelled on
 request reports ``cancelled``.
 
-A handler exception fails the job at once with a structured cause: the short message
-in ``error`` (at most 2 KiB), the type, full message and traceback in ``report``,
-unless the type's retry policy matches it and attempts remain: then the job goes to
-``scheduled`` (reason ``retry``) with the same cause, to run again after the back-off.
-A timeout counts as a ``TimeoutError`` for the policy. A handler never takes the
-daemon down with it.
+How one handler runs, under which limits, and what its end becomes is ``invoke.py``;
+a handler never takes the daemon down with it. A handler exception fails the job at
+once with a structured cause: the short message in ``error`` (at most 2 KiB), the
+type, full message and traceback in ``report``, unless the type's retry policy matches
+it and attempts remain (then ``scheduled``, reason ``retry``).
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
+import threading
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass, field
 
 import anyio
-import anyio.to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
 from jobsd.context import JobContext
-from jobsd.errors import InvalidPayload
-from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
-from jobsd.registry import HandlerSpec, Registry
+from jobsd.registry import Registry
+from jobsd.tracing import job_span
+from jobsd.worker.children import ChildPool, ChildSettings
 from jobsd.worker.clock import Clock
+from jobsd.worker.faults import crash_at
 from jobsd.worker.holdings import Held, Holdings
+from jobsd.worker.invoke import RunLimits, run_handler
+from jobsd.worker.outcome import ERROR_MAX_BYTES, Outcome, cap_error, failure
 from jobsd.worker.stats import DaemonStats
 
 __all__ = [
     "ERROR_MAX_BYTES",
     "JobRunner",
     "Outcome",
+    "RunLimits",
     "RunnerSettings",
     "cap_error",
     "failure",
@@ -51,39 +52,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ERROR_MAX_BYTES = 2048
 
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What to write for a finished run."""
-
-    status: str
-    report_json: str | None = None
-    error: str | None = None
-    reason: str | None = None
-    run_after: datetime | None = None
-    delay_s: float | None = None
-    """for a ``scheduled`` outcome: run again this long after the write (database clock)"""
-
-
-def cap_error(text: str) -> str:
-    """Cut an error message to at most 2 KiB of UTF-8, on a character boundary."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= ERROR_MAX_BYTES:
-        return text
-    marker = " [truncated]"
-    return data[: ERROR_MAX_BYTES - len(marker)].decode("utf-8", "ignore") + marker
-
-
-def failure(error: str, *, reason: str, detail: dict[str, Any] | None = None) -> Outcome:
-    """Build a failed outcome; the full text and ``detail`` go into the report."""
-    cause: dict[str, Any] = {"message": error, **(detail or {})}
-    report = encode_object({"error": cause}, what="failure report", max_bytes=None)
-    return Outcome(status="failed", report_json=report, error=cap_error(error), reason=reason)
-
-
-def make_context(job: Job) -> JobContext:
+def make_context(job: Job, max_progress_bytes: int | None = None) -> JobContext:
     """Build the handler's view of a claimed job."""
     checkpoint = {k: v for k, v in (job.progress or {}).items() if k != "updated_at"}
     return JobContext(
@@ -96,75 +66,27 @@ def make_context(job: Job) -> JobContext:
         checkpoint=checkpoint,
         priority=job.priority,
         concurrency_key=job.concurrency_key,
+        max_progress_bytes=max_progress_bytes,
     )
-
-
-async def run_handler(job: Job, spec: HandlerSpec | None, ctx: JobContext) -> Outcome:
-    """Run the handler of ``job`` and return its outcome; cancellation propagates."""
-    if spec is None:
-        return failure(f"unknown type {job.type!r}: no handler registered", reason="unknown type")
-    try:
-        if spec.timeout_s is None:
-            result = await _call(spec, ctx)
-        else:
-            # move_on_after, not fail_after: a TimeoutError raised by the handler's own
-            # I/O is a handler error, only our deadline is a timeout
-            with anyio.move_on_after(spec.timeout_s) as deadline:
-                result = await _call(spec, ctx)
-            if deadline.cancelled_caught:
-                outcome = failure(f"timeout after {spec.timeout_s:g} s", reason="timeout")
-                return _maybe_retry(job, spec, TimeoutError(), outcome)
-    except anyio.get_cancelled_exc_class():
-        raise
-    except (Exception, SystemExit) as exc:
-        log.info(
-            "job.handler_failed",
-            extra={"job_id": str(job.id), "type": job.type, "error": repr(exc)},
-        )
-        outcome = failure(
-            f"{type(exc).__name__}: {exc}",
-            reason="handler error",
-            detail={
-                "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-                "traceback": "".join(traceback.format_exception(exc)),
-            },
-        )
-        return _maybe_retry(job, spec, exc, outcome)
-    if result is None:
-        return Outcome(status="succeeded")
-    try:
-        report = encode_object(result, what="handler result", max_bytes=None)
-    except InvalidPayload as exc:
-        return failure(str(exc), reason="invalid report")
-    return Outcome(status="succeeded", report_json=report)
-
-
-def _maybe_retry(job: Job, spec: HandlerSpec, exc: BaseException, failed: Outcome) -> Outcome:
-    """Turn a failure into a scheduled retry when the type's policy says so."""
-    policy = spec.retry
-    if policy is None or not policy.matches(exc) or job.attempts >= spec.max_attempts:
-        return failed
-    delay_s = policy.delay_s(job.attempts)
-    log.info(
-        "job.retry_scheduled",
-        extra={"job_id": str(job.id), "attempt": job.attempts, "delay_s": round(delay_s, 3)},
-    )
-    return replace(failed, status="scheduled", reason="retry", delay_s=delay_s)
-
-
-async def _call(spec: HandlerSpec, ctx: JobContext) -> Any:
-    if spec.is_async:
-        return await spec.func(ctx)
-    # A sync handler cannot be interrupted: on cancellation its thread is abandoned.
-    return await anyio.to_thread.run_sync(spec.func, ctx, abandon_on_cancel=True)
 
 
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
-    """How long running handlers may take to finish once the daemon stops claiming."""
+    """How long running handlers may take to finish once the daemon stops claiming, and
+    the limits of each run."""
 
     grace_s: float
     """``JOBSD_DRAIN_TIMEOUT``"""
+    limits: RunLimits = field(default_factory=RunLimits)
+    kill_grace_s: float = 2.0
+    """``JOBSD_KILL_GRACE``: an isolated child's time between SIGTERM and SIGKILL"""
+    max_progress_bytes: int | None = None
+    """``JOBSD_MAX_PROGRESS_BYTES``"""
+    slots: int = 10
+    fault: str | None = None
+    """``JOBSD_FAULT``: ``after_publish`` exits once a handler returned"""
+    warm_children: int = 2
+    """children started before the first claim when some type is isolated"""
 
 
 class JobRunner:
@@ -185,7 +107,18 @@ class JobRunner:
         self.holdings = holdings
         self.stats = stats
         self.submit = submit
+        self.children = ChildPool(
+            ChildSettings(
+                kill_grace_s=cfg.kill_grace_s,
+                max_line_bytes=max(
+                    cfg.limits.max_report_bytes or 1 << 20, cfg.max_progress_bytes or 1 << 20
+                )
+                + 65536,
+                max_idle=cfg.slots,
+            )
+        )
         self._tg: TaskGroup | None = None
+        self._abandoned: dict[uuid.UUID, threading.Thread] = {}
         self._closing = anyio.Event()
 
     def start(self, job: Job) -> None:
@@ -195,11 +128,11 @@ class JobRunner:
         """
         assert self._tg is not None, "JobRunner.start before run"
         if self.holdings.free <= 0:
-            self.holdings.add_waiting(job, make_context(job))
+            self.holdings.add_waiting(job, make_context(job, self.cfg.max_progress_bytes))
             if self._closing.is_set():  # claimed while stopping: give it back at once
                 self._give_back_waiting()
             return
-        held = self.holdings.add(job, make_context(job))
+        held = self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes))
         self._tg.start_soon(self._execute, held, name=f"job {job.id}")
 
     def _start_waiting(self) -> None:
@@ -217,20 +150,43 @@ class JobRunner:
 
     async def run_once(self, job: Job) -> Outcome:
         """Hold a claimed job, run it here and submit its outcome; return that outcome."""
-        return await self._execute(self.holdings.add(job, make_context(job)))
+        held = self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes))
+        return await self._execute(held)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Host the handler tasks; after ``close`` wait up to ``grace_s`` for them, cancel
         the rest and return."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
-            await self._closing.wait()
-            self._give_back_waiting()
-            with anyio.move_on_after(self.cfg.grace_s):
-                await self.holdings.wait_idle()
-            tg.cancel_scope.cancel()
-        self._tg = None
+        try:
+            if self._uses_children():
+                with anyio.move_on_after(60):
+                    await self.children.warm(min(self.cfg.slots, self.cfg.warm_children))
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await self._closing.wait()
+                self._give_back_waiting()
+                with anyio.move_on_after(self.cfg.grace_s):
+                    await self.holdings.wait_idle()
+                tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            with anyio.CancelScope(shield=True):
+                await self.children.aclose()
+
+    def thread_alive(self, job_id: uuid.UUID) -> bool:
+        """Say whether a sync handler's thread abandoned for ``job_id`` still runs."""
+        thread = self._abandoned.get(job_id)
+        if thread is not None and not thread.is_alive():
+            del self._abandoned[job_id]
+            return False
+        return thread is not None
+
+    def _uses_children(self) -> bool:
+        for name in self.registry.types():
+            spec = self.registry.get(name)
+            if spec is not None and (spec.isolation or self.cfg.limits.isolation) == "process":
+                return True
+        return False
 
     def close(self) -> None:
         """Start no more jobs: ``run`` gives the running ones ``grace_s``, then cancels them."""
@@ -247,24 +203,53 @@ class JobRunner:
         try:
             # a job claimed ahead may have lost its lease or been cancelled while waiting
             if not (held.lost or held.cancel_requested):
-                with held.scope:
-                    outcome = await run_handler(job, self.registry.get(job.type), held.ctx)
+                with held.scope, job_span(job) as span:
+                    outcome = await run_handler(
+                        job,
+                        self.registry.get(job.type),
+                        held.ctx,
+                        self.cfg.limits,
+                        self.children,
+                        self._abandoned,
+                    )
+                    span.outcome(outcome.status, outcome.reason, outcome.error)
         except anyio.get_cancelled_exc_class():
             # shutdown past the grace time: write the job back, then let go
             self.holdings.release_slot(held)
             self.submit(held, self._interrupted(job))
             raise
+        if self.cfg.fault == "after_publish":
+            crash_at("after_publish", [str(job.id)])
         self.holdings.release_slot(held)
         self._start_waiting()
-        self.stats.run_s.observe(job.type, self.clock.monotonic() - held.started_monotonic)
+        took_s = self.clock.monotonic() - held.started_monotonic
+        self.stats.run_s.observe(self.stats.label(job.type), took_s)
         if outcome is None and held.cancel_requested and not held.lost:
-            outcome = Outcome(status="cancelled", reason="cancel requested")
+            outcome = self._cancelled(job)
         if outcome is None:  # our scope was cancelled: the lease is gone
             outcome = failure("lease lost", reason="lease lost")
         self.submit(held, outcome)
         return outcome
 
+    def _ask_recover(self, job: Job, reason: str, error: str) -> Outcome | None:
+        """Return ``recovery_required`` for an at_most_once type with a recover hook (a
+        run stopped mid-way: whether its work happened is for the hook to say), else None."""
+        spec = self.registry.get(job.type)
+        if spec is not None and spec.delivery == "at_most_once" and spec.recover is not None:
+            return Outcome(status="recovery_required", reason=reason, error=error)
+        return None
+
+    def _cancelled(self, job: Job) -> Outcome:
+        unknown = self._ask_recover(
+            job, "cancel requested", "cancelled while running: outcome unknown"
+        )
+        return unknown or Outcome(status="cancelled", reason="cancel requested")
+
     def _interrupted(self, job: Job) -> Outcome:
+        message = "interrupted: the daemon shut down before the job finished"
+        unknown = self._ask_recover(job, "shutdown", message)
+        if unknown is not None:
+            return unknown
         spec = self.registry.get(job.type)
         # an interrupted run's outcome is unknown: only at_least_once may run it again
         if (
@@ -273,6 +258,4 @@ class JobRunner:
             and job.attempts < spec.max_attempts
         ):
             return Outcome(status="queued", reason="shutdown")
-        return failure(
-            "interrupted: the daemon shut down before the job finished", reason="shutdown"
-        )
+        return failure(message, reason="shutdown")

@@ -11,14 +11,15 @@ cancelled (``ctx.cancelled`` for sync handlers) and is then written ``cancelled`
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskStatus
 
-from jobsd.errors import BackendUnavailable
+from jobsd.errors import BackendUnavailable, DatabaseError, InvalidPayload
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.loop import pause, run_loop
@@ -80,8 +81,7 @@ class Heartbeat:
                 self._last_beat = now
             return 0
         try:
-            async with acquire(self.pool, "heartbeat") as conn:
-                alive = await queries.heartbeat_v2(conn, rows)
+            alive = await self._write(rows)
         except BackendUnavailable:
             for held, fields in taken:
                 held.ctx.restore_pending(fields)
@@ -103,3 +103,29 @@ class Heartbeat:
             if self.holdings.mark_lost(held):
                 log.warning("job.lease_lost", extra={"job_id": str(held.job.id)})
         return len(rows)
+
+    async def _write(self, rows: list[queries.HeartbeatRow]) -> dict[uuid.UUID, bool]:
+        """Write the rows; when the database refuses them (poison, not an outage: a
+        progress over its size cap, say), write them one by one, and a row refused on
+        its own again without its progress, which is dropped and logged."""
+        try:
+            async with acquire(self.pool, "heartbeat") as conn:
+                return await queries.heartbeat_v2(conn, rows)
+        except BackendUnavailable:
+            raise
+        except (DatabaseError, InvalidPayload) as exc:
+            if len(rows) > 1:
+                alive: dict[uuid.UUID, bool] = {}
+                for row in rows:
+                    alive.update(await self._write([row]))
+                return alive
+            row = rows[0]
+            if row.fields is None:
+                # a plain beat refused: keep the job (a lost lease shows at a later beat)
+                log.error("heartbeat.rejected", extra={"job_id": str(row.job_id)}, exc_info=True)
+                return {row.job_id: False}
+            log.error(
+                "job.progress_rejected",
+                extra={"job_id": str(row.job_id), "error": cause_of(exc)},
+            )
+            return await self._write([queries.HeartbeatRow(row.job_id, row.lease_id, None)])

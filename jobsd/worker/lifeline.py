@@ -20,6 +20,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable, DatabaseError
+from jobsd.registry import Registry
 from jobsd.store import workers
 from jobsd.store.db import AsyncConn
 from jobsd.worker.clock import Clock
@@ -42,6 +43,8 @@ class LifelineSettings:
     """``JOBSD_DEATH_CHECK_INTERVAL``"""
     hostname: str
     pid: int
+    known_types_only: bool = False
+    """the row says the daemon claims only its registry's types (else: every type)"""
 
 
 class Lifeline:
@@ -52,10 +55,12 @@ class Lifeline:
         connect: Callable[[], Awaitable[AsyncConn]],
         cfg: LifelineSettings,
         clock: Clock,
+        registry: Registry | None = None,
     ) -> None:
         self.connect = connect
         self.cfg = cfg
         self.clock = clock
+        self.registry = registry
         self.registered = False
         self.registrations = 0
         self._conn: AsyncConn | None = None
@@ -123,8 +128,22 @@ class Lifeline:
         log.info("worker.registered", extra={"worker_id": self.cfg.worker_id})
 
     async def _insert_row(self, conn: AsyncConn) -> None:
+        registry = self.registry
+        rules = []
+        if registry is not None:
+            rules = [
+                workers.TypeRule(t, spec.delivery, spec.max_attempts)
+                for t in registry.types()
+                if (spec := registry.get(t)) is not None
+            ]
+        types = [r.type for r in rules] if self.cfg.known_types_only else None
         await workers.register_worker(
-            conn, self.cfg.worker_id, hostname=self.cfg.hostname, pid=self.cfg.pid
+            conn,
+            self.cfg.worker_id,
+            hostname=self.cfg.hostname,
+            pid=self.cfg.pid,
+            types=types,
+            rules=rules,
         )
 
     async def _drop(self) -> None:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["RUN_BUCKETS_S", "DaemonStats", "RunTimes"]
+__all__ = ["MAX_TYPE_LABELS", "OTHER_TYPE", "RUN_BUCKETS_S", "DaemonStats", "RunTimes"]
+
+# Job types are chosen by tenants: only registered ones become metric labels, and at
+# most MAX_TYPE_LABELS of them; every other type is counted under OTHER_TYPE.
+OTHER_TYPE = "_other"
+MAX_TYPE_LABELS = 200
 
 # upper bounds of the run-time histogram, in seconds
 RUN_BUCKETS_S = (0.005, 0.025, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -47,6 +53,21 @@ class DaemonStats:
     """LISTEN connections re-established"""
     swept: Counter[str] = field(default_factory=Counter)
     """jobs rescued by this daemon's sweeper, by new status"""
+    sweeps_refused: int = 0
+    """sweeper passes the database refused (poison: logged, tried at the next interval)"""
     last_notify_monotonic: float | None = None
     run_s: RunTimes = field(default_factory=RunTimes)
     """handler run times, by type"""
+    known: Callable[[str], object] | None = None
+    """Says whether a type is registered (truthy); None: every type is."""
+    max_types: int = MAX_TYPE_LABELS
+    _labels: set[str] = field(default_factory=set)
+
+    def label(self, type: str) -> str:
+        """Return the metric label of ``type``: itself if registered and under the cap."""
+        if type in self._labels:
+            return type
+        if (self.known is not None and not self.known(type)) or len(self._labels) >= self.max_types:
+            return OTHER_TYPE
+        self._labels.add(type)
+        return type

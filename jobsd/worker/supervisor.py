@@ -23,6 +23,7 @@ import anyio
 from jobsd.errors import ConfigError
 from jobsd.http import serve as serve_http
 from jobsd.http.settings import HttpSettings
+from jobsd.periodic import ScheduleRegistry, default_schedules, load_schedules_file
 from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
 from jobsd.store import api, workers
@@ -33,12 +34,14 @@ from jobsd.worker import sdnotify
 from jobsd.worker.claimer import Claimer, ClaimerSettings
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
-from jobsd.worker.executor import JobRunner, RunnerSettings
+from jobsd.worker.executor import JobRunner, RunLimits, RunnerSettings
 from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.hooks import FailHooks, HooksSettings
 from jobsd.worker.lifeline import Lifeline, LifelineSettings
 from jobsd.worker.listener import CHANNEL, Listener, ListenerSettings
+from jobsd.worker.recoverer import Recoverer, RecovererSettings
+from jobsd.worker.scheduler import Scheduler, SchedulerSettings
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.sweeper import Sweeper, SweeperSettings
 from jobsd.worker.waker import Waker
@@ -73,6 +76,7 @@ class Daemon:
         *,
         http: HttpSettings | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        schedules: ScheduleRegistry | None = None,
     ) -> None:
         if not settings.database_url:
             raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
@@ -81,24 +85,54 @@ class Daemon:
         self.http = http if http is not None else HttpSettings()
         self.registry = registry or default_registry
         self.clock = clock
-        self.stats = DaemonStats()
+        self.stats = DaemonStats(known=self.registry.get)
         self.waker = Waker()
         self.holdings = Holdings(settings.slots, clock, ahead=settings.claim_ahead)
         self.pool: AsyncPool = make_async_pool(
-            url, name="daemon", min_size=2, max_size=max(settings.pool_size, 4), timeout_s=10.0
+            url,
+            name="daemon",
+            min_size=2,
+            max_size=max(settings.pool_size, 4),
+            timeout_s=10.0,
+            statement_timeout_s=settings.statement_timeout,
         )
-        self.hooks = FailHooks(HooksSettings(), clock, self.registry)
+        self.hooks = FailHooks(
+            self.pool,
+            HooksSettings(worker_id=settings.worker_id, interval_s=settings.death_check_interval),
+            clock,
+            self.registry,
+        )
+        self.recoverer = Recoverer(
+            self.pool,
+            RecovererSettings(worker_id=settings.worker_id),
+            clock,
+            self.registry,
+            self.hooks.submit,
+            still_running=lambda job_id: self.runner.thread_alive(job_id),
+        )
         self.completer = Completer(
             self.pool,
-            CompleterSettings(worker_id=settings.worker_id),
+            CompleterSettings(worker_id=settings.worker_id, fault=settings.fault),
             clock,
             self.holdings,
             self.stats,
             self.waker,
             self.hooks.submit,
+            self.recoverer.submit,
         )
         self.runner = JobRunner(
-            RunnerSettings(grace_s=settings.drain_timeout),
+            RunnerSettings(
+                grace_s=settings.drain_timeout,
+                limits=RunLimits(
+                    isolation=settings.isolation,
+                    stall_after_s=settings.stall_after,
+                    max_report_bytes=settings.max_report_bytes,
+                ),
+                kill_grace_s=settings.kill_grace,
+                max_progress_bytes=settings.max_progress_bytes,
+                slots=settings.slots,
+                fault=settings.fault,
+            ),
             clock,
             self.registry,
             self.holdings,
@@ -111,6 +145,7 @@ class Daemon:
                 worker_id=settings.worker_id,
                 queues=tuple(settings.queues),
                 poll_interval_s=settings.poll_interval,
+                known_types_only=settings.unknown_types == "leave",
             ),
             clock,
             self.registry,
@@ -141,6 +176,7 @@ class Daemon:
             self.registry,
             self.stats,
             self.hooks.submit,
+            self.recoverer,
         )
         self.listener = Listener(
             functools.partial(
@@ -162,9 +198,29 @@ class Daemon:
                 interval_s=settings.death_check_interval,
                 hostname=socket.gethostname(),
                 pid=os.getpid(),
+                known_types_only=settings.unknown_types == "leave",
             ),
             clock,
+            self.registry,
         )
+        # the file is checked even when this daemon does not schedule: a bad file is
+        # an error at start, not on the day a scheduling daemon restarts
+        from_file = load_schedules_file(settings.schedules) if settings.schedules else []
+        declared = (schedules or default_schedules).merged(from_file)
+        self.scheduler: Scheduler | None = None
+        if settings.scheduler and declared:
+            self.scheduler = Scheduler(
+                self.pool,
+                SchedulerSettings(
+                    worker_id=settings.worker_id,
+                    interval_s=settings.scheduler_interval,
+                    grace_s=settings.schedule_grace,
+                    catch_up_max=settings.schedule_catch_up_max,
+                    max_payload_bytes=settings.max_payload_bytes,
+                ),
+                clock,
+                declared,
+            )
         self._start_scope = anyio.CancelScope()
         self._claim_scope = anyio.CancelScope()
         self._ready = anyio.Event()
@@ -182,9 +238,17 @@ class Daemon:
         """
         if self.settings.notify and not self.listener.connected:
             return False
+        if not self.making_progress():
+            # outcomes pile up and none is written: useless, whatever the ping says
+            return False
         async with acquire(self.pool, "watchdog check") as conn:
             await api.ping(conn)
         return True
+
+    def making_progress(self) -> bool:
+        """Say whether outcomes get written: none has waited past ``JOBSD_OUTCOME_STALL_AFTER``
+        without a write settling any (for the watchdog and /readyz)."""
+        return not self.completer.stalled(self.settings.outcome_stall_after)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
@@ -209,6 +273,8 @@ class Daemon:
                 "queues": self.settings.queues or "all",
             },
         )
+        if self.settings.fault is not None:
+            log.warning("daemon.fault_armed", extra={"point": self.settings.fault})
         await self.pool.open(wait=False)
         try:
             async with anyio.create_task_group() as services:
@@ -228,11 +294,20 @@ class Daemon:
                     # be owned by a worker whose death the sweeper can prove
                     await services.start(self.lifeline.run)
                 if not self.stopping:
-                    for service in (self.completer, self.heartbeat, self.sweeper, self.hooks):
+                    for service in (
+                        self.completer,
+                        self.heartbeat,
+                        self.sweeper,
+                        self.recoverer,
+                        self.hooks,
+                    ):
                         await services.start(service.run)
+                    if self.scheduler is not None:
+                        await services.start(self.scheduler.run)
                     await self._run_jobs()
                     await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
                     with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                        await self.recoverer.run_once()
                         await self.hooks.run_once()
                 services.cancel_scope.cancel()
         finally:

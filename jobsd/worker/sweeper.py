@@ -4,9 +4,13 @@ Model: every daemon holds a session advisory lock for its worker id while it liv
 (``lifeline.py``). Every ``death_check_interval`` (jittered) the sweeper tries the
 lock of each other registered worker; one it can take is dead, proven: its running
 jobs are rescued at once and its row deleted. Owners that are alive but hung are caught by
-the heartbeat: a running job whose ``progress.updated_at`` (else ``started_at``) is
+the heartbeat: a running job whose latest sign of life (``progress.updated_at`` or, if
+later, this run's ``started_at``: a re-run carries its previous run's progress) is
 older than ``stale_after`` is rescued too (checked at start, then every
-``sweep_interval``, jittered).
+``sweep_interval``, jittered). Heartbeats are stamped and judged on the database's
+clock; before each stale sweep the sweeper checks that clock against its own
+monotonic one (``clockwatch.py``), and after a forward step it holds off stale rescues
+for ``stale_after``, until every live owner has beaten again.
 
 A rescue follows the type's delivery. ``at_least_once``: back to ``queued`` while
 attempts remain, else ``failed`` with ``max attempts exceeded``. ``at_most_once``:
@@ -21,25 +25,26 @@ Many daemons may sweep at once: rows are taken with SKIP LOCKED, worker locks wi
 
 from __future__ import annotations
 
-import inspect
 import logging
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import assert_never
 
 import anyio
-import anyio.to_thread
 from anyio.abc import TaskStatus
 
+from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.models import Job
-from jobsd.recovery import AMBIGUOUS, Recovery
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
+from jobsd.worker.clockwatch import DbClockWatch, Reading
+from jobsd.worker.executor import failure
 from jobsd.worker.loop import pause, run_loop
+from jobsd.worker.recoverer import Recoverer, RecovererSettings
 from jobsd.worker.stats import DaemonStats
 
 __all__ = ["SweepCounts", "Sweeper", "SweeperSettings"]
@@ -75,13 +80,24 @@ class Sweeper:
         registry: Registry,
         stats: DaemonStats,
         on_failed: Callable[[Job], None],
+        recoverer: Recoverer | None = None,
     ) -> None:
+        self.recoverer = recoverer or Recoverer(
+            pool,
+            RecovererSettings(cfg.worker_id, cfg.recover_timeout_s),
+            clock,
+            registry,
+            on_failed,
+        )
         self.pool = pool
         self.cfg = cfg
         self.clock = clock
         self.registry = registry
         self.stats = stats
         self.on_failed = on_failed
+        # a step of the database's clock within a tenth of the lease cannot push a
+        # live owner's heartbeat (at most ~0.8 of the lease old) past it
+        self.clock_watch = DbClockWatch(hold_s=cfg.stale_after_s, slack_s=cfg.stale_after_s / 10)
 
     async def run_once(self, *, now: datetime | None = None) -> SweepCounts:
         """Do one pass (dead owners, then stale heartbeats); return how many jobs went
@@ -95,12 +111,31 @@ class Sweeper:
         heartbeats every ``sweep_interval_s`` (both jittered), until cancelled."""
         async with anyio.create_task_group() as tg:
             for operation, step, interval_s in (
-                ("death check", self.check_deaths, self.cfg.death_check_interval_s),
-                ("sweep", self.sweep_stale, self.cfg.sweep_interval_s),
+                ("death check", self._survive(self.check_deaths), self.cfg.death_check_interval_s),
+                ("sweep", self._survive(self.sweep_stale), self.cfg.sweep_interval_s),
             ):
                 wait = pause(interval_s, self.clock)
                 tg.start_soon(run_loop, operation, step, wait, self.clock)
             task_status.started()
+
+    def _survive(
+        self, step: Callable[[], Awaitable[SweepCounts]]
+    ) -> Callable[[], Awaitable[SweepCounts]]:
+        """Wrap a pass so that a statement the database refuses (poison, not an outage)
+        is logged with its cause and the pass tried again at the next interval, not
+        retried at once forever, nor the end of the daemon."""
+
+        async def guarded() -> SweepCounts:
+            try:
+                return await step()
+            except BackendUnavailable:
+                raise
+            except DatabaseError as exc:
+                self.stats.sweeps_refused += 1
+                log.error("sweeper.refused", extra={"error": cause_of(exc)}, exc_info=True)
+                return Counter()
+
+        return guarded
 
     async def check_deaths(self) -> SweepCounts:
         """Rescue the jobs of every registered worker whose lock is free; return counts."""
@@ -126,53 +161,9 @@ class Sweeper:
         return self._count(settled)
 
     async def _recover(self, job: Job) -> Job:
-        """Ask the type's recover hook what became of a job whose owner died; apply it.
-
-        The job is already ``recovery_required``: a hook that fails, hangs (30 s) or
-        answers ``AMBIGUOUS`` leaves it there for an operator (``jobsd resolve``).
-        """
-        spec = self.registry.get(job.type)
-        if spec is None or spec.recover is None:
-            return job
-        hook = spec.recover
-        answer: Recovery = AMBIGUOUS
-        try:
-            with anyio.fail_after(self.cfg.recover_timeout_s):
-                if inspect.iscoroutinefunction(hook):
-                    answer = await hook(job)
-                else:
-                    result = await anyio.to_thread.run_sync(hook, job)
-                    answer = await result if inspect.isawaitable(result) else result
-            if not isinstance(answer, Recovery):
-                raise TypeError(f"recover hook returned {answer!r}, not a Recovery")
-        except Exception:
-            log.error("job.recover_failed", extra={"job_id": str(job.id)}, exc_info=True)
-            return job
-        match answer.action:
-            case "ambiguous":
-                log.info("job.recovery_required", extra={"job_id": str(job.id)})
-                return job
-            case "succeeded":
-                status, reason, error = "succeeded", "recovered_after_publish", None
-            case "rerun":
-                if job.attempts < spec.max_attempts:
-                    status, reason, error = "queued", "recovered: rerun", None
-                else:
-                    status, reason = "failed", "max attempts exceeded"
-                    error = "max attempts exceeded"
-            case _:
-                assert_never(answer.action)
-        async with acquire(self.pool, "recover") as conn:
-            written = await queries.resolve_job(
-                conn,
-                job.id,
-                status=status,
-                reason=reason,
-                actor=self.cfg.worker_id,
-                report=answer.report,
-                error=error,
-            )
-        return written or job
+        """Ask the type's recover hook what became of a job whose owner died; apply it
+        (``recoverer.py``)."""
+        return await self.recoverer.recover(job)
 
     def _count(self, jobs: list[Job]) -> SweepCounts:
         counts: SweepCounts = Counter()
@@ -194,15 +185,89 @@ class Sweeper:
 
     async def sweep_stale(self, *, now: datetime | None = None) -> SweepCounts:
         """Rescue the running jobs whose heartbeat is older than ``stale_after_s``
-        (as of ``now``, else the clock's)."""
+        (as of ``now``, else the clock's).
+
+        Without ``now`` the time is read first (the database's, or a pinned clock's)
+        and checked by ``clock_watch``: while it holds off after a step of that clock,
+        nothing is rescued. The sweep then judges by the time read. A pass the
+        database refuses (poison, not an outage) is retaken one job at a time."""
+        if now is None:
+            async with acquire(self.pool, "sweep") as conn:
+                before = self.clock.monotonic()
+                now = self.clock.sql_now() or await queries.db_now(conn)
+            reading = Reading(now, before, self.clock.monotonic())
+            if not self.clock_watch.trust(reading):
+                log.debug("sweeper.holding_off", extra={"db_now": now.isoformat()})
+                return SweepCounts()
+        try:
+            jobs = await self._sweep(now, None)
+        except BackendUnavailable:
+            raise
+        except DatabaseError as exc:
+            log.error("sweeper.pass_refused", extra={"error": cause_of(exc)})
+            jobs = await self._sweep_one_by_one(now)
+        return await self._rescued(jobs)
+
+    async def _sweep(self, now: datetime | None, only: uuid.UUID | None) -> list[Job]:
         async with acquire(self.pool, "sweep") as conn:
-            jobs = await queries.sweep_stale(
+            return await queries.sweep_stale(
                 conn,
                 worker_id=self.cfg.worker_id,
                 stale_after_s=self.cfg.stale_after_s,
                 max_attempts=self.registry.max_attempts(),
                 delivery=self.registry.deliveries(),
                 default_max_attempts=self.cfg.default_max_attempts,
-                now=now if now is not None else self.clock.sql_now(),
+                now=now,
+                only=only,
             )
-        return await self._rescued(jobs)
+
+    async def _sweep_one_by_one(self, now: datetime | None) -> list[Job]:
+        """Rescue the stale jobs one at a time after the database refused them together
+        (poison, not an outage); a job refused on its own is failed with the cause
+        (reason ``rescue rejected``), so that it cannot hold back the others again."""
+        async with acquire(self.pool, "sweep") as conn:
+            stale = await queries.stale_jobs(conn, stale_after_s=self.cfg.stale_after_s, now=now)
+        rescued: list[Job] = []
+        for job_id, lease_id in stale:
+            try:
+                rescued.extend(await self._sweep(now, job_id))
+            except BackendUnavailable:
+                raise
+            except DatabaseError as exc:
+                failed = await self._fail_unrescuable(job_id, lease_id, exc)
+                if failed is not None:
+                    rescued.append(failed)
+        return rescued
+
+    async def _fail_unrescuable(
+        self, job_id: uuid.UUID, lease_id: uuid.UUID | None, exc: DatabaseError
+    ) -> Job | None:
+        cause = f"rescue failed: {cause_of(exc)}"
+        log.error("job.rescue_rejected", extra={"job_id": str(job_id), "error": cause})
+        if lease_id is None:
+            return None
+        outcome = failure(cause, reason="rescue rejected")
+        row = queries.FinishRow(
+            job_id=job_id,
+            lease_id=lease_id,
+            status=outcome.status,
+            report_json=outcome.report_json,
+            error=outcome.error,
+            reason=outcome.reason,
+            progress=None,
+            run_after=None,
+            delay_s=None,
+        )
+        try:
+            async with acquire(self.pool, "sweep") as conn:
+                claimed = await queries.get_job(conn, job_id)
+                written = await queries.finish_batch(conn, [row])
+        except DatabaseError as again:
+            if isinstance(again, BackendUnavailable):
+                raise
+            log.error("job.rescue_failed", extra={"job_id": str(job_id), "error": str(again)})
+            return None
+        finished = written.get(job_id)
+        if finished is None or claimed is None:
+            return None
+        return finished.applied_to(claimed, row.report_json)

@@ -15,9 +15,9 @@ VALUES (%(org_id)s, %(name)s, %(prefix)s, %(token_hash)s, %(admin)s)
 RETURNING id, org_id, name, prefix, created_at, revoked_at, admin;
 
 -- name: api_tokens_lookup
--- Before the org is known: api_tokens has no row-level security.
-SELECT id, org_id, admin FROM jobsd.api_tokens
-WHERE token_hash = %(token_hash)s AND revoked_at IS NULL;
+-- Before the org is known, through a SECURITY DEFINER function (migration 0012):
+-- api_tokens has row-level security, and the API's role reads no token row itself.
+SELECT id, org_id, admin FROM jobsd.api_token_lookup(%(token_hash)s::bytea);
 
 -- name: api_tokens_revoke
 -- By id or by the token's hash. Revoking twice keeps the first revocation time.
@@ -28,7 +28,7 @@ RETURNING id, org_id, name, prefix, created_at, revoked_at, admin;
 -- name: api_tokens_list
 SELECT id, org_id, name, prefix, created_at, revoked_at, admin FROM jobsd.api_tokens
 WHERE %(org_id)s::text IS NULL OR org_id = %(org_id)s::text
-ORDER BY org_id, created_at, id;
+ORDER BY org_id NULLS FIRST, created_at, id;
 
 -- name: api_jobs_get
 -- One job of one org with its history, read in one statement (one snapshot), the
@@ -103,8 +103,12 @@ SELECT
    WHERE p.database = current_database()) AS oldest_prepared_xact_age_s,
   -- share of the cluster's NOTIFY queue in use: a listener stuck in a transaction
   -- holds it; at 1.0 every enqueue that notifies fails
-  pg_notification_queue_usage() AS notify_queue_usage
+  pg_notification_queue_usage() AS notify_queue_usage,
+  -- liveness per job (migration 0015): the oldest running job's age and time since
+  -- its last progress, and the recovery_required backlog, every org's
+  r.oldest_running_age_s, r.oldest_running_idle_s, r.recovery_required
 FROM pg_stat_user_tables AS s
+CROSS JOIN jobsd.running_health() AS r
 WHERE s.relid = 'jobsd.jobs'::regclass;
 
 -- name: api_ping
@@ -117,3 +121,26 @@ SELECT pg_notification_queue_usage() AS usage;
 -- name: api_set_statement_timeout
 -- Transaction-local: bounds the introspection queries of /metrics and /health.
 SELECT set_config('statement_timeout', %(timeout_ms)s, true);
+
+-- name: api_role_bypass
+-- What lets the API's role past row-level security on jobs, if anything: superuser,
+-- BYPASSRLS, the tables' owner (or a member of it), or an all-orgs policy (the
+-- worker's). Empty text when nothing does.
+SELECT current_user AS role,
+       concat_ws(', ',
+         CASE WHEN r.rolsuper THEN 'superuser' END,
+         CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END,
+         CASE WHEN pg_has_role(c.relowner, 'MEMBER') THEN 'owner of the tables' END,
+         CASE WHEN EXISTS (
+           SELECT 1 FROM pg_policy AS p
+           WHERE p.polrelid = c.oid AND p.polpermissive
+             AND pg_get_expr(p.polqual, p.polrelid) = 'true'
+             AND EXISTS (SELECT 1 FROM unnest(p.polroles) AS pr(oid)
+                         WHERE pr.oid <> 0 AND pg_has_role(pr.oid, 'USAGE')))
+           THEN 'an all-orgs policy' END) AS bypass
+FROM pg_roles AS r, pg_class AS c
+WHERE r.rolname = current_user AND c.oid = 'jobsd.jobs'::regclass;
+
+-- name: api_done_notify_key
+-- The key that hashes job ids in 'jobsd_done' payloads (migration 0012).
+SELECT jobsd.done_notify_key() AS key;

@@ -9,12 +9,12 @@
 -- Only what the database decided comes back: the caller has the rest (decoding the
 -- whole row was a sixth of the client's CPU per enqueue).
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
-                        priority, concurrency_key)
+                        priority, concurrency_key, trace_context)
 SELECT %(id)s, %(org_id)s, %(type)s, q.name,
        CASE WHEN %(blocked)s THEN 'blocked'
             WHEN %(run_after)s::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
        %(dedup_key)s, %(payload)s::jsonb, coalesce(%(run_after)s::timestamptz, now()),
-       %(priority)s, %(concurrency_key)s
+       %(priority)s, %(concurrency_key)s, %(trace_context)s::jsonb
 FROM jobsd.queues AS q
 WHERE q.name = %(queue)s
 ON CONFLICT DO NOTHING
@@ -25,16 +25,17 @@ RETURNING id, status, run_after, created_at;
 -- queue fails it through the queue's foreign key. Rows that hit a conflict are
 -- simply absent from the result; the others return what the database decided.
 INSERT INTO jobsd.jobs (id, org_id, type, queue, status, dedup_key, payload, run_after,
-                        priority, concurrency_key)
+                        priority, concurrency_key, trace_context)
 SELECT b.id, b.org_id, b.type, b.queue,
        CASE WHEN b.run_after > now() THEN 'scheduled' ELSE 'queued' END,
-       b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key
+       b.dedup_key, b.payload, coalesce(b.run_after, now()), b.priority, b.concurrency_key,
+       b.trace_context
 FROM unnest(%(ids)b::uuid[], %(org_ids)b::text[], %(types)b::text[], %(queues)b::text[],
             %(dedup_keys)b::text[], %(payloads)b::text[]::jsonb[],
             %(run_afters)b::timestamptz[], %(priorities)b::int[],
-            %(concurrency_keys)b::text[])
+            %(concurrency_keys)b::text[], %(trace_contexts)b::text[]::jsonb[])
      WITH ORDINALITY AS b(id, org_id, type, queue, dedup_key, payload, run_after, priority,
-                          concurrency_key, ord)
+                          concurrency_key, trace_context, ord)
 ORDER BY b.ord
 ON CONFLICT DO NOTHING
 RETURNING id, status, run_after, created_at;
@@ -100,8 +101,14 @@ SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
 -- carry a dedup key or a concurrency key; the rest, claimed ahead of the slots, are
 -- jobs without either, so a key is never held (nor a dedup key released) by a job
 -- that waits in a daemon rather than runs.
+--
+-- Orgs (migration 0012): in a queue with an org_running_limit, the scan skips the
+-- jobs of an org already at that many running jobs there, and a round starts at
+-- most the rest; an org that floods the head of a queue leaves the next round to
+-- the others (`considered` makes the claimer claim again at once). A soft limit:
+-- two daemons claiming at the same instant may each start up to it.
 WITH active AS (
-  SELECT q.name, q.concurrency_limit
+  SELECT q.name, q.concurrency_limit, q.org_running_limit
   FROM jobsd.queues AS q
   WHERE q.paused_at IS NULL
     AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))),
@@ -115,9 +122,19 @@ picked AS (
            j.dedup_key IS NOT NULL AS has_dedup,
            CASE WHEN j.concurrency_key IS NOT NULL THEN
              coalesce((SELECT t.key_limit FROM type_limits AS t WHERE t.type = j.type),
-                      a.concurrency_limit, 1) END AS key_limit
+                      a.concurrency_limit, 1) END AS key_limit,
+           j.queue AS org_queue, a.org_running_limit AS org_limit, o.running AS org_running
     FROM jobsd.jobs AS j
+    -- org fairness (migration 0012): the org's running jobs in this queue, counted
+    -- only when the queue has an org_running_limit
+    LEFT JOIN LATERAL (
+      SELECT count(*) AS running FROM jobsd.jobs AS r
+      WHERE a.org_running_limit IS NOT NULL AND r.queue = a.name
+        AND r.org_id = j.org_id AND r.status = 'running') AS o ON true
     WHERE j.status = 'queued' AND j.queue = a.name
+      AND (a.org_running_limit IS NULL OR o.running < a.org_running_limit)
+      -- only the types this daemon handles (NULL: every type, JOBSD_UNKNOWN_TYPES=fail)
+      AND (%(types)s::text[] IS NULL OR array_position(%(types)s::text[], j.type) IS NOT NULL)
       AND (j.concurrency_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM jobsd.concurrency_keys AS k
         WHERE k.org_id = j.org_id AND k.concurrency_key = j.concurrency_key
@@ -128,7 +145,9 @@ picked AS (
     FOR UPDATE OF j SKIP LOCKED) AS c),
 ranked AS (
   SELECT p.*, row_number() OVER (PARTITION BY p.org_id, p.concurrency_key
-                                 ORDER BY p.priority, p.created_at, p.id) AS nth
+                                 ORDER BY p.priority, p.created_at, p.id) AS nth,
+         row_number() OVER (PARTITION BY p.org_queue, p.org_id
+                            ORDER BY p.priority, p.created_at, p.id) AS org_nth
   FROM picked AS p),
 key_counts AS (
   SELECT k.org_id, k.concurrency_key, k.running
@@ -142,7 +161,8 @@ eligible AS (
   FROM ranked AS r
   LEFT JOIN key_counts AS k
     ON k.org_id = r.org_id AND k.concurrency_key = r.concurrency_key
-  WHERE r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit),
+  WHERE (r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit)
+    AND (r.org_limit IS NULL OR r.org_running + r.org_nth <= r.org_limit)),
 chosen AS (
   SELECT e.id FROM eligible AS e
   WHERE e.pos <= coalesce(%(free)s, %(limit)s)
@@ -193,23 +213,32 @@ WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
 RETURNING j.id, j.type, j.status, j.concurrency_key, j.dedup_key, j.lease_id, j.error,
           j.reason, j.progress, j.finished_at, j.run_after;
 
+-- name: jobs_db_now
+-- The database's clock, the one that stamps heartbeats: the sweeper checks it against
+-- its own monotonic clock before a stale sweep (a step of it would age every heartbeat).
+SELECT now() AS now;
+
 -- name: jobs_sweep_stale
 -- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the
--- sweeper holds its lock) or hung (heartbeat, else start, older than the threshold;
--- a null threshold checks only the dead). What happens follows the type's delivery:
+-- sweeper holds its lock) or hung (the latest of its heartbeat and its start older
+-- than the threshold: a run claimed again after a pause is judged by its own start
+-- until its first heartbeat, never by the previous run's; a null threshold checks only
+-- the dead). What happens follows the type's delivery:
 -- at_least_once goes back to queued while attempts remain, else fails with
 -- 'max attempts exceeded'; at_most_once never runs again: it fails with 'worker
 -- lost', or, when its type has a recover hook (delivery passed as 'recover'),
 -- recovery_required for the hook to settle. A job with a cancel request pending is
 -- cancelled instead. Types the
--- sweeper does not know get the defaults.
+-- sweeper does not know get the defaults. `only` (when not null) limits the sweep to
+-- that job: the sweeper's one-by-one pass after the database refused a whole one.
 WITH stale AS (
   SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
          j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
   FROM jobsd.jobs AS j
   WHERE j.status = 'running'
+    AND (%(only)s::uuid IS NULL OR j.id = %(only)s::uuid)
     AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
-         OR coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+         OR greatest((j.progress ->> 'updated_at')::timestamptz, j.started_at)
             < coalesce(%(now)s::timestamptz, now())
               - make_interval(secs => %(stale_after_s)s::float8))
   FOR UPDATE SKIP LOCKED),
@@ -243,6 +272,17 @@ SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'can
 FROM decided AS d
 WHERE j.id = d.id
 RETURNING j.*;
+
+-- name: jobs_stale_list
+-- The running jobs whose heartbeat (else start) is older than the threshold, with
+-- their lease: what jobs_sweep_stale would rescue, for the sweeper to take them one
+-- by one when the database refused the whole pass.
+SELECT j.id, j.lease_id
+FROM jobsd.jobs AS j
+WHERE j.status = 'running'
+  AND coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+      < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_after_s)s::float8)
+ORDER BY j.id;
 
 -- name: jobs_promote_due
 -- Scheduled jobs whose time has come become queued (the requeue trigger notifies);
@@ -325,13 +365,40 @@ RETURNING j.*;
 
 -- name: jobs_resolve
 -- Settle a recovery_required job (a recover hook's answer, or an operator's):
--- succeeded, failed or queued again. Any other current state is left alone.
+-- succeeded, failed, cancelled (a job cancelled while running whose work was not
+-- done) or queued again. Any other current state is left alone.
 UPDATE jobsd.jobs
 SET status = %(status)s, reason = %(reason)s,
     report = coalesce(%(report)s::jsonb, report),
     error = CASE %(status)s WHEN 'failed' THEN coalesce(%(error)s, error)
                             WHEN 'succeeded' THEN NULL ELSE error END,
-    finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN now() END,
-    dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed') THEN NULL ELSE dedup_key END
+    finished_at = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled') THEN now() END,
+    dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE dedup_key END
 WHERE id = %(id)s AND status = 'recovery_required'
 RETURNING *;
+
+-- name: jobs_retry
+-- A new attempt of a failed or cancelled job (migration 0014, jobsd.job_retry): the
+-- outcome says what happened; the caller reads the job back.
+SELECT jobsd.job_retry(%(id)s::uuid, %(actor)s::text, %(force)s::boolean,
+                       %(org_id)s::text) AS outcome;
+
+-- name: jobs_list
+-- Jobs newest first, after a keyset cursor (created_at, id) (the first page passes
+-- ('infinity', 'ffffffff-...')), filtered by org, status, type, queue and creation
+-- time; every filter is optional. One org's list reads jobs_org_created_idx
+-- backwards; the others scan.
+SELECT * FROM jobsd.jobs
+WHERE (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
+  AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: jobs_unhandled
+-- Queued jobs of types no live daemon handles, by queue and type (migration 0014).
+SELECT queue, type, jobs FROM jobsd.unhandled_jobs();

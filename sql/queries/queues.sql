@@ -25,6 +25,12 @@ SELECT jobsd.queue_set_limits(%(name)s::text,
                               %(set_retention_days)s::boolean, %(retention_days)s::integer)
        AS done;
 
+-- name: queues_set_org_limits
+-- The per-org limits of migration 0012 (each org's running and open jobs).
+SELECT jobsd.queue_set_org_limits(%(name)s::text,
+                                  %(set_running)s::boolean, %(org_running_limit)s::integer,
+                                  %(set_open)s::boolean, %(org_open_limit)s::integer) AS done;
+
 -- name: queues_pause
 SELECT jobsd.queue_pause(%(name)s::text) AS done;
 

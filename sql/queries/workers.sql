@@ -6,10 +6,20 @@
 SELECT pg_try_advisory_lock(jobsd.worker_lock_key(%(worker_id)s)) AS locked;
 
 -- name: workers_register
-INSERT INTO jobsd.workers (worker_id, hostname, pid)
-VALUES (%(worker_id)s, %(hostname)s, %(pid)s)
-ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now()
-RETURNING *;
+-- The worker's row with the types it claims (NULL: every type), and the rules of
+-- the types it has handlers for in jobsd.job_types (a retry reads the delivery).
+WITH rules AS (
+  INSERT INTO jobsd.job_types AS t (type, delivery, max_attempts)
+  SELECT r.type, r.delivery, r.max_attempts
+  FROM unnest(%(rule_types)s::text[], %(rule_deliveries)s::text[],
+              %(rule_max_attempts)s::int[]) AS r(type, delivery, max_attempts)
+  ON CONFLICT (type) DO UPDATE
+    SET delivery = excluded.delivery, max_attempts = excluded.max_attempts, seen_at = now()
+  RETURNING t.type)
+INSERT INTO jobsd.workers (worker_id, hostname, pid, types)
+VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(types)s::text[])
+ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now(), types = excluded.types
+RETURNING *, (SELECT count(*) FROM rules) AS rules_recorded;
 
 -- name: workers_touch
 -- A proof of life of the connection, not of the worker: the lock is the proof.
@@ -31,3 +41,12 @@ ORDER BY worker_id;
 
 -- name: workers_delete_many
 DELETE FROM jobsd.workers WHERE worker_id = ANY(%(worker_ids)s::text[]);
+
+-- name: workers_session_deadlines
+-- Set on each connection of a daemon's pool: `settings` maps a parameter to its value
+-- in ms (statement_timeout, idle_in_transaction_session_timeout,
+-- client_connection_check_interval); one the server does not have (a check interval
+-- before PG 14) is skipped.
+SELECT s.name, set_config(s.name, v.value, false) AS value
+FROM jsonb_each_text(%(settings)s::jsonb) AS v(name, value)
+JOIN pg_settings AS s ON s.name = v.name;

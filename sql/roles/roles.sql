@@ -3,7 +3,8 @@
 -- blocks in one transaction, on the database named by its URL, after `jobsd
 -- migrate`, and again after every upgrade (it is idempotent).
 --
--- {owner}, {enqueue}, {worker}, {read}, {role}, {database}, {password} and {policy}
+-- {owner}, {enqueue}, {worker}, {read}, {admin}, {api}, {role}, {database}, {password}
+-- and {policy}
 -- are filled in by jobsd.roles as quoted identifiers or literals.
 -- Blocks without placeholders take bind parameters instead.
 
@@ -18,7 +19,8 @@ FROM pg_roles AS r WHERE r.rolname = current_user;
 SELECT to_regclass('jobsd.jobs') IS NOT NULL AS migrated,
        coalesce((SELECT c.relrowsecurity FROM pg_class AS c
                  WHERE c.oid = to_regclass('jobsd.jobs')), false) AS rls,
-       to_regclass('jobsd.api_tokens') IS NOT NULL AS has_api_tokens;
+       to_regclass('jobsd.api_tokens') IS NOT NULL AS has_api_tokens,
+       to_regclass('jobsd.role_orgs') IS NOT NULL AS has_role_orgs;
 
 -- name: roles_existing
 SELECT rolname, rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls,
@@ -36,7 +38,7 @@ ALTER ROLE {role} LOGIN;
 ALTER ROLE {role} PASSWORD {password};
 
 -- name: roles_grant_database
-GRANT CONNECT ON DATABASE {database} TO {owner}, {enqueue}, {worker}, {read};
+GRANT CONNECT ON DATABASE {database} TO {owner}, {enqueue}, {worker}, {read}, {admin}, {api};
 -- the migrations' bookkeeping runs CREATE SCHEMA IF NOT EXISTS
 GRANT CREATE ON DATABASE {database} TO {owner};
 
@@ -71,55 +73,105 @@ ORDER BY o.kind = 'SCHEMA' DESC, o.kind, o.target;
 -- name: roles_grant_tables
 -- Start from nothing on every table and sequence, then grant exactly what each
 -- role needs: re-running converges on this list, whatever was granted before.
-REVOKE ALL ON ALL TABLES IN SCHEMA jobsd FROM {enqueue}, {worker}, {read};
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA jobsd FROM {enqueue}, {worker}, {read};
-GRANT USAGE ON SCHEMA jobsd TO {enqueue}, {worker}, {read};
+REVOKE ALL ON ALL TABLES IN SCHEMA jobsd FROM {enqueue}, {worker}, {read}, {admin}, {api};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA jobsd FROM {enqueue}, {worker}, {read}, {admin}, {api};
+GRANT USAGE ON SCHEMA jobsd TO {enqueue}, {worker}, {read}, {admin}, {api};
 -- read: every table, read-only; row-level security limits jobs and job_events to
 -- the org set in jobsd.org_id
 GRANT SELECT ON ALL TABLES IN SCHEMA jobsd TO {read};
--- enqueue: insert jobs and read them back (jobs_insert ... RETURNING, dedup
--- re-reads, history), cancel them before they start (the API); the history
--- trigger runs as the invoker, hence INSERT on job_events. All of it limited to
--- the org in jobsd.org_id by row-level security.
-GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {enqueue};
-GRANT SELECT, INSERT ON jobsd.jobs TO {enqueue};
+-- enqueue (the application) and api (the HTTP API): insert jobs and read them back
+-- (jobs_insert ... RETURNING, dedup re-reads, history), cancel them before they
+-- start. The history triggers write job_events as their owner (migration 0012):
+-- no INSERT on job_events, so a tenant cannot forge history. All of it limited
+-- to the org in jobsd.org_id by row-level security.
+GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {enqueue}, {api};
+GRANT SELECT, INSERT ON jobsd.jobs TO {enqueue}, {api};
 GRANT UPDATE (status, reason, finished_at, dedup_key, cancel_requested_at)
-  ON jobsd.jobs TO {enqueue};
-GRANT SELECT, INSERT ON jobsd.job_events TO {enqueue};
+  ON jobsd.jobs TO {enqueue}, {api};
+GRANT SELECT ON jobsd.job_events TO {enqueue}, {api};
 -- depends_on: mark each dependency (the row lock orders the enqueue with the
 -- dependency's own end), record the edges, fail at once a job whose dependency
 -- failed already (its error says which)
-GRANT UPDATE (has_dependents, error) ON jobsd.jobs TO {enqueue};
-GRANT SELECT, INSERT ON jobsd.job_dependencies TO {enqueue};
+GRANT UPDATE (has_dependents, error) ON jobsd.jobs TO {enqueue}, {api};
+GRANT SELECT, INSERT ON jobsd.job_dependencies TO {enqueue}, {api};
+-- admin: read the queues it administers (the functions do the writes)
+GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {admin};
 -- worker: claim, heartbeat, finish, sweep (UPDATE ... RETURNING needs SELECT);
--- the history trigger writes job_events; schema_migrations for the start check.
+-- notes in job_events (a discarded result); schema_migrations for the start check.
 -- Advisory locks and LISTEN need no grant.
 GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {worker};
 GRANT SELECT, UPDATE ON jobsd.jobs TO {worker};
 GRANT INSERT ON jobsd.job_events TO {worker};
 -- each daemon registers itself, and sweepers delete the rows of dead workers
 GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.workers TO {worker};
+-- and records the rules of the types it handles (a retry reads their delivery)
+GRANT SELECT, INSERT, UPDATE ON jobsd.job_types TO {worker};
 -- a claim locks the running count of each concurrency key it may start (FOR UPDATE
 -- needs UPDATE); the counts themselves are kept by SECURITY DEFINER triggers
 GRANT SELECT, UPDATE ON jobsd.concurrency_keys TO {worker};
+-- periodic jobs (migration 0013): the scheduler declares its schedules, takes each
+-- tick and enqueues its job through the normal plan (INSERT on jobs), and forgets
+-- ticks older than a week
+GRANT INSERT ON jobsd.jobs TO {worker};
+GRANT SELECT, INSERT, UPDATE ON jobsd.schedules TO {worker};
+GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.schedule_ticks TO {worker};
+-- a daemon claims the on_fail hook of a failed job by inserting its row
+GRANT SELECT, INSERT ON jobsd.fail_hooks TO {worker};
 
 -- name: roles_grant_functions
 -- Start from nothing on every function, then grant what each role needs; EXECUTE
--- that PUBLIC holds (jobsd.uuidv7(), the /metrics and /health aggregates) is left
--- as it is. Queue administration (migration 0009, SECURITY DEFINER: it runs as the
--- owner and counts every org's jobs) is for the HTTP API, which runs as the enqueue
--- role and admits admin tokens only; the read role may list queues.
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobsd FROM {enqueue}, {worker}, {read};
+-- that PUBLIC holds (jobsd.uuidv7(), the /metrics and /health aggregates,
+-- jobsd.current_org()) is left as it is. Queue administration (migrations 0009
+-- and 0012, SECURITY DEFINER: it runs as the owner and counts every org's jobs)
+-- is the admin role's; the API's role is a member of it, for operator tokens
+-- (admin tokens of no org). Dropping a queue is the owner's only. The enqueue
+-- role administers nothing. The read role may list queues.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobsd FROM {enqueue}, {worker}, {read}, {admin}, {api};
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text),
   jobsd.queue_create(text, integer, integer, integer),
   jobsd.queue_set_limits(text, boolean, integer, boolean, integer, boolean, integer),
-  jobsd.queue_pause(text), jobsd.queue_resume(text), jobsd.queue_drop(text)
-  TO {enqueue};
+  jobsd.queue_set_org_limits(text, boolean, integer, boolean, integer),
+  jobsd.queue_pause(text), jobsd.queue_resume(text)
+  TO {admin};
+GRANT {admin} TO {api};
+-- retry a failed or cancelled job (POST /jobs/{id}/retry; SECURITY DEFINER, org-scoped inside)
+GRANT EXECUTE ON FUNCTION jobsd.job_retry(uuid, text, boolean, text) TO {enqueue}, {api};
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
+-- the schedules with their last tick's job, every org's (GET /schedules, /metrics)
+GRANT EXECUTE ON FUNCTION jobsd.schedule_info(text) TO {admin}, {read};
 
 -- name: roles_grant_api_tokens
--- The HTTP API, running as the enqueue role, looks bearer tokens up by hash.
-GRANT SELECT ON jobsd.api_tokens TO {enqueue};
+-- The HTTP API looks bearer tokens up by hash, through a function (migration 0012:
+-- api_tokens has row-level security); the enqueue role keeps it for applications
+-- that embed the API router, and the read role for a read-only API.
+GRANT EXECUTE ON FUNCTION jobsd.api_token_lookup(bytea) TO {api}, {enqueue}, {read};
+-- and hashes the ids of the jobs it waits for, as the done-notifications do
+GRANT EXECUTE ON FUNCTION jobsd.done_notify_key() TO {api}, {enqueue}, {read};
+
+-- name: roles_trusted
+-- The multi-tenant roles act for the org they set in jobsd.org_id (migration 0012's
+-- jobsd.role_orgs, org null); any other role under row-level security sees its
+-- pinned org, or nothing.
+INSERT INTO jobsd.role_orgs (role_name, org_id)
+SELECT r.name, NULL FROM unnest(%(names)s::text[]) AS r(name)
+ON CONFLICT (role_name) DO UPDATE SET org_id = NULL
+WHERE jobsd.role_orgs.org_id IS NOT NULL;
+
+-- name: roles_tenant_pin
+-- A tenant's own role: pinned to one org, whatever it sets.
+INSERT INTO jobsd.role_orgs (role_name, org_id) VALUES (%(role)s, %(org_id)s)
+ON CONFLICT (role_name) DO UPDATE SET org_id = excluded.org_id
+WHERE jobsd.role_orgs.org_id IS DISTINCT FROM excluded.org_id;
+
+-- name: roles_tenant_grants
+-- What a tenant's role may do: read its org's jobs, history, dependencies and the
+-- queues (a reporting account); row-level security does the rest. No membership
+-- in a trusted role (SET ROLE would not help it anyway: the session user stays
+-- pinned).
+GRANT CONNECT ON DATABASE {database} TO {role};
+GRANT USAGE ON SCHEMA jobsd TO {role};
+GRANT SELECT ON jobsd.jobs, jobsd.job_events, jobsd.job_dependencies, jobsd.queues
+  TO {role};
 
 -- name: roles_default_privileges
 -- Tables that later migrations create (as the owner role) are readable by the
@@ -158,6 +210,10 @@ SELECT NOT row_security_active('jobsd.jobs')
 -- grants, default privileges and policies in this database.
 REASSIGN OWNED BY {role} TO CURRENT_USER;
 DROP OWNED BY {role};
+
+-- name: roles_forget
+-- The roles' rows of jobsd.role_orgs, before they are dropped.
+DELETE FROM jobsd.role_orgs WHERE role_name = ANY(%(names)s::text[]);
 
 -- name: roles_drop
 DROP ROLE IF EXISTS {role};

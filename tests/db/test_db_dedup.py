@@ -41,6 +41,7 @@ def _claim(conn: psycopg.Connection[Any], keep: list[str] | None = None) -> list
             "limit_types": [],
             "limit_values": [],
             "free": None,
+            "types": None,
         },
     )
 

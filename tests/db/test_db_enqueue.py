@@ -122,6 +122,7 @@ def test_jobs_enqueued_in_one_transaction_are_claimed_in_enqueue_order(
             "limit_types": [],
             "limit_values": [],
             "free": None,
+            "types": None,
         },
     )
     claimed.sort(key=lambda r: (r["created_at"], r["id"]))

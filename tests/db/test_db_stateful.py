@@ -66,6 +66,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "run_after": run_after,
                 "priority": 0,
                 "concurrency_key": None,
+                "trace_context": None,
                 "blocked": False,
             },
         )
@@ -85,6 +86,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "limit_types": [],
                 "limit_values": [],
                 "free": None,
+                "types": None,
             },
         )
         mine = [r for r in rows if r["org_id"] == self.org]

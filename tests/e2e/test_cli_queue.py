@@ -77,11 +77,11 @@ def test_create_list_set_pause_resume_drop(db_url: str, conn: psycopg.Connection
     add_job(conn, "mail", "acme", "succeeded")
     assert ok(jobsd("list")) == [
         "default  active  capacity=none  concurrency_limit=default  retention=none  queued=0  "
-        "scheduled=0  blocked=0  running=0  recovery_required=0",
+        "scheduled=0  blocked=0  running=0  recovery_required=0  unhandled=0",
         "mail     active  capacity=100   concurrency_limit=default  retention=30d   queued=2  "
-        "scheduled=0  blocked=0  running=1  recovery_required=0",
+        "scheduled=0  blocked=0  running=1  recovery_required=0  unhandled=2",
         "reports  active  capacity=none  concurrency_limit=2        retention=none  queued=0  "
-        "scheduled=0  blocked=0  running=0  recovery_required=0",
+        "scheduled=0  blocked=0  running=0  recovery_required=0  unhandled=0",
     ]
     listed = [json.loads(line) for line in ok(jobsd("list", "--json"))]
     assert [q["name"] for q in listed] == ["default", "mail", "reports"]
@@ -188,10 +188,13 @@ def test_database_url_option_and_the_connection_check(
 
 def test_token_create_admin_and_token_list(db_url: str, conn: psycopg.Connection[Any]) -> None:
     env = make_env(db_url)
-    made = run_cli("token", "create", "--org", "acme", "--name", "ops", "--admin", env=env)
+    # an admin token is an operator's: it belongs to no org
+    refused = run_cli("token", "create", "--org", "acme", "--admin", env=env)
+    assert refused.returncode == 1 and "belongs to no org" in refused.stderr
+    made = run_cli("token", "create", "--name", "ops", "--admin", env=env)
     assert made.returncode == 0, made.stderr
     assert re.fullmatch(r"jobsd_[A-Za-z0-9_-]{43}\n", made.stdout)
-    assert "admin token " in made.stderr
+    assert "admin token " in made.stderr and "for operators (no org)" in made.stderr
     plain = run_cli("token", "create", "--org", "acme", "--name", "web", env=env)
     assert plain.returncode == 0 and "admin" not in plain.stderr
     assert conn.execute("SELECT name, admin FROM jobsd.api_tokens ORDER BY name").fetchall() == [

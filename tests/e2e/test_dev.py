@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from support.history import assert_history_complete
@@ -22,9 +23,18 @@ def test_dev_runs_on_a_throwaway_postgres_and_removes_it_on_ctrl_c(
     # no JOBSD_DATABASE_URL: dev starts its own cluster, under TMPDIR
     env = make_env(None, TMPDIR=str(shared_tmp))
     env.pop("JOBSD_HANDLERS")  # dev loads the example handlers by default
-    dev = spawn("dev", env=env)
+    # no example feeder here: the history check below needs jobs that stand still
+    dev = spawn("dev", "--no-examples", env=env)
     url = dev.wait_for(r"^\s+(postgresql://\S+)$", timeout_s=90).group(1)
     dev.wait_for(r"Stop with Ctrl-C")
+    # the dashboard: its address and an admin token that logs in
+    dashboard = dev.wait_for(r"^Dashboard: (http://\S+)/ui$").group(1)
+    login_token = dev.wait_for(r"^\s+(jobsd_[A-Za-z0-9_-]{43})$").group(1)
+    with httpx.Client(base_url=dashboard, trust_env=False) as browser:
+        answer = browser.post("/ui/login", data={"token": login_token})
+        assert answer.status_code == 303, answer.text
+        overview = browser.get("/ui")
+        assert overview.status_code == 200 and "demo" in overview.text
     assert [p.name for p in shared_tmp.iterdir()], "the cluster lives under TMPDIR"
 
     client_env = make_env(url)

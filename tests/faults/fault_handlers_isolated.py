@@ -1,8 +1,4 @@
-"""Handlers that run in child processes (``isolation="process"``, issue 11).
-
-Until issue 11 lands, ``jobsd.handler`` refuses the ``isolation`` argument and a daemon
-loading this module does not start: the scenarios using it are strict xfails.
-"""
+"""Handlers that run in child processes (``isolation="process"``, issue 11)."""
 
 from __future__ import annotations
 
@@ -15,35 +11,35 @@ from fault_handlers import ledger
 import jobsd
 
 
-@jobsd.handler("hang_isolated", timeout=2.0, isolation="process")  # type: ignore[call-arg]
+@jobsd.handler("hang_isolated", timeout=2.0, isolation="process")
 def hang_isolated(ctx: jobsd.JobContext) -> None:
     """Block for good in a child; the timeout must kill the child."""
     ledger().start(ctx.id, ctx.attempt, ctx.type, child=os.getpid())
     time.sleep(10**6)
 
 
-@jobsd.handler("sleep_isolated", isolation="process")  # type: ignore[call-arg]
+@jobsd.handler("sleep_isolated", isolation="process")
 def sleep_isolated(ctx: jobsd.JobContext) -> None:
     """Sleep 60 s in a child (the daemon is killed meanwhile)."""
     ledger().start(ctx.id, ctx.attempt, ctx.type, child=os.getpid())
     time.sleep(60)
 
 
-@jobsd.handler("crash_abort", isolation="process")  # type: ignore[call-arg]
+@jobsd.handler("crash_abort", isolation="process")
 def crash_abort(ctx: jobsd.JobContext) -> None:
     """Die of SIGABRT."""
     ledger().start(ctx.id, ctx.attempt, ctx.type, child=os.getpid())
     os.abort()
 
 
-@jobsd.handler("crash_exit", isolation="process")  # type: ignore[call-arg]
+@jobsd.handler("crash_exit", isolation="process")
 def crash_exit(ctx: jobsd.JobContext) -> None:
     """Exit with status 3 without cleaning up."""
     ledger().start(ctx.id, ctx.attempt, ctx.type, child=os.getpid())
     os._exit(3)
 
 
-@jobsd.handler("crash_segv", isolation="process")  # type: ignore[call-arg]
+@jobsd.handler("crash_segv", isolation="process")
 def crash_segv(ctx: jobsd.JobContext) -> None:
     """Read address 0: SIGSEGV."""
     ledger().start(ctx.id, ctx.attempt, ctx.type, child=os.getpid())

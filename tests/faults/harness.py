@@ -62,6 +62,8 @@ LEASE_ENV = {
     "JOBSD_PROGRESS_INTERVAL": "0.2",
     "JOBSD_SLOTS": "4",
     "JOBSD_DRAIN_TIMEOUT": "5",
+    # scaled with the lease: a cut is noticed within 5 s (T7-detect)
+    "JOBSD_STATEMENT_TIMEOUT": "2",
 }
 
 # what each campaign type may do (fault_handlers.py)

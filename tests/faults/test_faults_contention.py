@@ -181,6 +181,7 @@ def _claim_race(url: str, query: str, claimers: int, batch: int) -> tuple[Counte
         "limit_types": [],
         "limit_values": [],
         "free": None,
+        "types": None,
     }
 
     def claimer(n: int) -> None:

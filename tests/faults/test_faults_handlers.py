@@ -1,8 +1,8 @@
 """Faults inside handlers: hung (T14), crashing (T15), unknown types (T17); and the
 children of a killed daemon (T1-orphans).
 
-Process isolation and hard timeouts are issue 11, workers that take only the types they
-know issue 14: the scenarios written against them are strict xfails until they land.
+Workers that take only the types they know are issue 14: the scenario written against
+it is a strict xfail until it lands.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from jobsd.client import SyncClient
 pytestmark = [pytest.mark.slow]
 
 ISOLATED = "fault_handlers,fault_handlers_isolated"
-NEEDS_11 = "needs issue 11: per-type process isolation and hard timeouts"
 
 
 def _alive(pid: int) -> bool:
@@ -99,11 +98,6 @@ def test_t14_hung_async_handlers_are_ended_by_their_timeout(scenario: Scenario) 
 
 @pytest.mark.scenario("T14-sync", "a hung sync handler past its timeout is not called failed")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(
-    strict=True,
-    reason=NEEDS_11 + " (a sync handler that cannot be stopped "
-    "makes its job recovery_required, never failed while its thread runs)",
-)
 @pytest.mark.timeout(60)
 def test_t14_hung_sync_handler_is_recovery_required(scenario: Scenario) -> None:
     ids = _enqueue(scenario, ["hang_sync", "work", "work"], ms=300)
@@ -118,18 +112,12 @@ def test_t14_hung_sync_handler_is_recovery_required(scenario: Scenario) -> None:
 
 @pytest.mark.scenario("T14-exit", "SIGTERM after a sync handler timed out: the daemon exits")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: a sync handler abandoned at its timeout keeps an AnyIO worker thread "
-    "(not a daemon thread) alive, and the interpreter waits for it at exit: after "
-    "'daemon.stopped' the process never exits (jobsd/worker/executor.py, _call: "
-    "anyio.to_thread.run_sync(..., abandon_on_cancel=True))",
-)
 @pytest.mark.timeout(60)
 def test_t14_daemon_exits_after_a_sync_handler_timed_out(scenario: Scenario) -> None:
     _enqueue(scenario, ["hang_sync"])
     daemon = scenario.daemon(JOBSD_DRAIN_TIMEOUT="1")
-    scenario.wait_settled(timeout_s=20)
+    # issue 11: its outcome is unknown, so the job is recovery_required, not failed
+    scenario.wait_settled(timeout_s=20, statuses=("recovery_required",))
     t0 = time.monotonic()
     daemon.send(signal.SIGTERM)
     daemon.wait_for(r"\bdaemon\.stopped\b", timeout_s=10)
@@ -143,7 +131,6 @@ def test_t14_daemon_exits_after_a_sync_handler_timed_out(scenario: Scenario) -> 
 
 
 @pytest.mark.scenario("T14-isolated", "a hung isolated handler: its child is killed at the timeout")
-@pytest.mark.xfail(strict=True, reason=NEEDS_11)
 @pytest.mark.timeout(60)
 def test_t14_hung_isolated_handler_is_killed(scenario: Scenario) -> None:
     ids = _enqueue(scenario, ["hang_isolated", "work", "work"], ms=300)
@@ -184,7 +171,6 @@ def test_t15_out_of_memory_error_fails_only_its_job(scenario: Scenario) -> None:
 
 
 @pytest.mark.scenario("T15-isolated", "isolated handlers that abort, exit(3) and segfault")
-@pytest.mark.xfail(strict=True, reason=NEEDS_11)
 @pytest.mark.timeout(60)
 def test_t15_crashing_isolated_handlers_fail_alone(scenario: Scenario) -> None:
     crashes = {
@@ -221,7 +207,6 @@ def test_t15_crashing_isolated_handlers_fail_alone(scenario: Scenario) -> None:
 
 
 @pytest.mark.scenario("T1-orphans", "kill -9 of a daemon: its isolated handlers' children die too")
-@pytest.mark.xfail(strict=True, reason=NEEDS_11)
 @pytest.mark.timeout(60)
 def test_t1_no_orphan_handler_processes_after_kill_9(scenario: Scenario) -> None:
     _enqueue(scenario, ["sleep_isolated"] * 3)
@@ -287,7 +272,6 @@ def test_t17_unknown_types_are_never_silently_discarded(scenario: Scenario) -> N
 
 @pytest.mark.scenario("T17-queued", "a daemon without the handler leaves the job queued (default)")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(strict=True, reason="needs issue 14: workers take only the types they know")
 @pytest.mark.timeout(60)
 def test_t17_unknown_type_is_left_queued_by_default(scenario: Scenario) -> None:
     ids = _enqueue(scenario, ["nobody_handles_this", "work"])

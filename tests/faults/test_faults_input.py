@@ -269,11 +269,6 @@ def test_t16_hostile_input_never_500_and_writes_nothing_refused(
 @pytest.mark.scenario(
     "T16-known", "bodies issue 12 names: non-UTF-8 text, a payload nested 500 deep"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs issue 12: error handlers that cannot fail on the "
-    "input they describe, a JSON depth limit before SQL",
-)
 @pytest.mark.timeout(60)
 def test_t16_known_500s(scenario: Scenario) -> None:
     token = scenario.token()
@@ -371,11 +366,6 @@ def test_t18_tenant_isolation(scenario: Scenario) -> None:
 
 
 @pytest.mark.scenario("T18-role", "a tenant's own role sets another org: sees nothing of it")
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs issue 13: row-level security keyed on the role "
-    "(jobsd.role_orgs), not on a setting any role can change",
-)
 @pytest.mark.timeout(60)
 def test_t18_a_tenant_role_cannot_switch_org(scenario: Scenario) -> None:
     scenario.enqueue(3, ms=0)

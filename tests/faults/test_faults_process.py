@@ -175,14 +175,6 @@ def test_t3_paused_daemon_is_fenced(scenario: Scenario) -> None:
 
 @pytest.mark.scenario("T3-rerun", "a run that follows a retry longer than L is not swept at once")
 @pytest.mark.full_campaign
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: a job run again after a pause longer than JOBSD_STALE_AFTER (a retry "
-    "back-off, a stale rescue) is judged by its previous run's heartbeat until its new "
-    "owner's first one: the sweep (sql/queries/jobs.sql, jobs_sweep_stale: "
-    "coalesce(progress.updated_at, started_at)) requeues the live run, burns its attempts "
-    "and overlaps runs",
-)
 @pytest.mark.timeout(60)
 def test_t3_a_rerun_is_not_swept_before_its_first_heartbeat(scenario: Scenario) -> None:
     # sweeps every 0.2 s: a sweep certainly runs before the new owner's first heartbeat

@@ -32,8 +32,14 @@ settings_for = fast_settings
 
 
 def http_settings(**overrides: Any) -> HttpSettings:
-    """Return API settings with a short long-poll cap (tests never wait 30 s)."""
-    values: dict[str, Any] = {"http_addr": "127.0.0.1:0", "longpoll_max": 5.0}
+    """Return API settings with a short long-poll cap (tests never wait 30 s) and no
+    token or probe cache (a revoked token is refused at once, a probe reads now)."""
+    values: dict[str, Any] = {
+        "http_addr": "127.0.0.1:0",
+        "longpoll_max": 5.0,
+        "token_cache_s": 0.0,
+        "probe_cache_s": 0.0,
+    }
     return HttpSettings(**{**values, **overrides})
 
 

@@ -137,7 +137,7 @@ async def test_queue_depth_counts_queued_scheduled_running(db_url: str, token_a:
             await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
         await api.client.post(
             "/jobs",
-            json={"type": "t", "run_after": "2999-01-01T00:00:00Z"},
+            json={"type": "t", "run_after": "2031-01-01T00:00:00Z"},
             headers=bearer(token_a),
         )
         now = samples((await api.client.get("/metrics")).text)
@@ -161,8 +161,19 @@ async def test_readiness_includes_the_daemon_listen_connection(db_url: str) -> N
             assert r.status_code == 200
             assert r.json() == {
                 "status": "ready",
-                "checks": {"database": True, "listen": True, "daemon_listen": True},
+                "checks": {
+                    "database": True,
+                    "listen": True,
+                    "daemon_listen": True,
+                    "daemon_progress": True,
+                },
             }
+            # issue 12: outcomes waiting unwritten past JOBSD_OUTCOME_STALL_AFTER: not ready
+            daemon.completer.stalled = lambda bound_s: True  # type: ignore[method-assign]
+            r = await api.client.get("/readyz")
+            assert r.status_code == 503 and r.json()["checks"]["daemon_progress"] is False
+            assert not await daemon.healthy()
+            del daemon.completer.stalled
             health = (await api.client.get("/health")).json()
             assert health["slots"] == settings.slots
             assert health["slots_busy"] == 0

@@ -35,17 +35,17 @@ from jobsd.http.tokens import create_token, revoke_token
 pytestmark = pytest.mark.anyio
 
 
-def make_admin_token(db_url: str, org_id: str = "acme") -> str:
-    """Create an admin bearer token for ``org_id`` and return it."""
+def make_admin_token(db_url: str) -> str:
+    """Create an operator's bearer token (admin, of no org) and return it."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, info = create_token(conn, org_id, "ops", admin=True)
-    assert info.admin
+        token, info = create_token(conn, None, "ops", admin=True)
+    assert info.admin and info.org_id is None
     return token
 
 
 @pytest.fixture
 def admin(db_url: str) -> str:
-    """Return an admin token of org ``acme``."""
+    """Return an operator token."""
     return make_admin_token(db_url)
 
 
@@ -127,36 +127,31 @@ async def test_an_admin_token_declares_changes_pauses_resumes_and_drops(
             r = await call(api, admin, "POST", "/queues/mail/resume")
             assert r.status_code == 200 and r.json()["paused"] is False
 
-        # drop: refused while jobs are open, nothing deleted
-        r = await call(api, admin, "DELETE", "/queues/mail")
-        assert r.status_code == 409, r.text
-        detail = r.json()["detail"]
-        assert (detail["code"], detail["open_jobs"]) == ("queue_not_empty", 3)
-        assert "holds 3 open jobs" in detail["message"]
-        assert jobs_in(db_url, "mail") == 4 and "mail" in queue_names(db_url)
+        # drop: the owner's, on the command line; through the API refused, nothing deleted
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute(
                 "UPDATE jobsd.jobs SET status = 'cancelled', finished_at = now() "
                 "WHERE status <> 'succeeded'"
             )
         r = await call(api, admin, "DELETE", "/queues/mail")
-        assert r.status_code == 200, r.text
-        assert r.json() == {"name": "mail", "deleted_jobs": 4}
-        assert jobs_in(db_url, "mail") == 0 and queue_names(db_url) == ["default"]
+        assert r.status_code == 403, r.text
+        assert r.json()["detail"]["code"] == "cli_only"
+        assert "jobsd queue drop" in r.json()["detail"]["message"]
+        assert jobs_in(db_url, "mail") == 4 and "mail" in queue_names(db_url)
 
         for method, path in [
-            ("GET", "/queues/mail"),
-            ("PATCH", "/queues/mail"),
-            ("POST", "/queues/mail/pause"),
-            ("POST", "/queues/mail/resume"),
-            ("DELETE", "/queues/mail"),
+            ("GET", "/queues/nomail"),
+            ("PATCH", "/queues/nomail"),
+            ("POST", "/queues/nomail/pause"),
+            ("POST", "/queues/nomail/resume"),
         ]:
             r = await call(api, admin, method, path, json={} if method == "PATCH" else None)
             assert r.status_code == 404, (method, path, r.text)
-            assert r.json()["detail"] == {
-                "code": "queue_not_found",
-                "message": "queue 'mail' not found",
-            }
+            detail = r.json()["detail"]
+            assert (detail["code"], detail["message"]) == (
+                "queue_not_found",
+                "queue 'nomail' not found",
+            )
 
 
 async def test_tokens_that_are_not_admin_get_403_and_change_nothing(
@@ -176,7 +171,7 @@ async def test_tokens_that_are_not_admin_get_403_and_change_nothing(
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO jobsd.queues (name) VALUES ('other')")
         before = conn.execute("SELECT * FROM jobsd.queues ORDER BY name").fetchall()
-    revoked = make_admin_token(db_url, "acme")
+    revoked = make_admin_token(db_url)
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert revoke_token(conn, revoked) is not None
     async with running_api(settings_for(db_url)) as api:
@@ -185,7 +180,7 @@ async def test_tokens_that_are_not_admin_get_403_and_change_nothing(
             assert r.status_code == 403, (method, path, r.text)
             detail = r.json()["detail"]
             assert detail["code"] == "admin_required"
-            assert "jobsd token create --org ORG --admin" in detail["message"]
+            assert "jobsd token create --admin" in detail["message"]
 
             r = await call(api, None, method, path, json=body)
             assert r.status_code == 401, (method, path, r.text)
@@ -197,9 +192,9 @@ async def test_tokens_that_are_not_admin_get_403_and_change_nothing(
         # the same token still does what it did: submit into its org
         r = await call(api, token_a, "POST", "/jobs", json={"type": "t"})
         assert r.status_code == 202, r.text
-        # and an admin token is an org token too
+        # an operator token acts for no org: no job is its
         r = await call(api, admin, "GET", f"/jobs/{r.json()['id']}")
-        assert r.status_code == 200 and r.json()["org_id"] == "acme"
+        assert r.status_code == 403 and r.json()["detail"]["code"] == "org_required", r.text
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert conn.execute("SELECT * FROM jobsd.queues ORDER BY name").fetchall() == before
 
@@ -244,12 +239,11 @@ async def test_bad_input_is_a_422_on_the_field(
         assert conn.execute("SELECT * FROM jobsd.queues ORDER BY name").fetchall() == before
 
 
-async def test_the_default_queue_is_not_dropped(db_url: str, admin: str) -> None:
+async def test_no_queue_is_dropped_through_the_api(db_url: str, admin: str) -> None:
     async with running_api(settings_for(db_url)) as api:
         r = await call(api, admin, "DELETE", "/queues/default")
-    assert r.status_code == 409, r.text
-    assert r.json()["detail"]["code"] == "queue_protected"
-    assert "pause it instead" in r.json()["detail"]["message"]
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"]["code"] == "cli_only"
     assert queue_names(db_url) == ["default"]
 
 
@@ -282,14 +276,14 @@ def roles(db_url: str) -> Iterator[RoleNames]:
         drop_roles(db_url, prefix=prefix)
 
 
-async def test_the_api_administers_queues_under_the_enqueue_role(
+async def test_the_api_administers_queues_under_its_own_role(
     db_url: str, admin: str, roles: RoleNames
 ) -> None:
-    enqueue_url = make_conninfo(db_url, user=roles.enqueue)
+    api_url = make_conninfo(db_url, user=roles.api)
     insert_job(db_url, queue="default", org_id="acme")
     insert_job(db_url, queue="default", org_id="globex")
     insert_job(db_url, queue="default", org_id="initech", status="running")
-    async with running_api(settings_for(enqueue_url)) as api:
+    async with running_api(settings_for(api_url)) as api:
         # the role sees one org's jobs at a time, yet the depth counts every org's
         r = await call(api, admin, "GET", "/queues/default")
         assert r.status_code == 200, r.text
@@ -301,41 +295,29 @@ async def test_the_api_administers_queues_under_the_enqueue_role(
         assert r.status_code == 200 and r.json()["retention_days"] == 1, r.text
         assert (await call(api, admin, "POST", "/queues/mail/pause")).json()["paused"]
         assert not (await call(api, admin, "POST", "/queues/mail/resume")).json()["paused"]
-
-        # submissions into the new queue under the role (one finished job of another org)
-        insert_job(db_url, queue="mail", org_id="globex", status="succeeded")
-        for _ in range(2):
-            r = await call(api, admin, "POST", "/jobs", json={"type": "t", "queue": "mail"})
-            assert r.status_code == 202, r.text
         r = await call(api, admin, "DELETE", "/queues/mail")
-        assert r.status_code == 409 and r.json()["detail"]["open_jobs"] == 2, r.text
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute(
-                "UPDATE jobsd.jobs SET status = 'cancelled', finished_at = now() "
-                "WHERE queue = 'mail' AND status = 'queued'"
-            )
-        r = await call(api, admin, "DELETE", "/queues/mail")
-        assert r.status_code == 200, r.text
-        assert r.json()["deleted_jobs"] == 3  # both orgs' finished jobs
-    assert queue_names(db_url) == ["default"] and jobs_in(db_url, "mail") == 0
+        assert r.status_code == 403, r.text
+    assert queue_names(db_url) == ["default", "mail"]
 
     # the read role may list queues, not change them
     read_url = make_conninfo(db_url, user=roles.read)
     async with running_api(settings_for(read_url)) as api:
         r = await call(api, admin, "GET", "/queues")
-        assert r.status_code == 200 and [q["name"] for q in r.json()["queues"]] == ["default"]
-        r = await call(api, admin, "POST", "/queues", json={"name": "mail"})
+        assert r.status_code == 200 and [q["name"] for q in r.json()["queues"]] == [
+            "default",
+            "mail",
+        ]
+        r = await call(api, admin, "POST", "/queues", json={"name": "mail2"})
         assert r.status_code == 503, r.text
-        assert "permission denied for function queue_create" in r.json()["detail"]["message"]
-    assert queue_names(db_url) == ["default"]
+    assert queue_names(db_url) == ["default", "mail"]
 
-    # and the worker role, nothing of it
-    worker_url = make_conninfo(db_url, user=roles.worker)
-    with (
-        psycopg.connect(worker_url, autocommit=True) as conn,
-        pytest.raises(psycopg.errors.InsufficientPrivilege),
-    ):
-        conn.execute("SELECT jobsd.queue_pause('default')")
+    # and the worker, the enqueue and the API's role may not drop a queue by hand
+    for role in (roles.worker, roles.enqueue, roles.api):
+        with (
+            psycopg.connect(make_conninfo(db_url, user=role), autocommit=True) as conn,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            conn.execute("SELECT jobsd.queue_drop('mail')")
 
 
 @pytest.mark.slow

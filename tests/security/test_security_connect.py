@@ -8,17 +8,26 @@ written.
 from __future__ import annotations
 
 import uuid
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from click.testing import CliRunner
+from fastapi import FastAPI
 from support.jobs import make_job
 
+import jobsd
+import jobsd.http as jobsd_http
 from jobsd.cli import main as jobsd_main
 from jobsd.client import Client, SyncClient
-from jobsd.errors import ConfigError
+from jobsd.errors import BackendUnavailable, ConfigError
+from jobsd.settings import Settings
+from jobsd.store.connect import connect
 from jobsd.store.migrate import migrate_sync
+from jobsd.worker.supervisor import run_daemon
 
 REFUSED = "refusing an unencrypted database connection"
 QUEUED_JOB = uuid.UUID("01970f3a-1c2b-7d4e-8f00-123456789abc")
@@ -33,6 +42,14 @@ COMMANDS = [
     ["token", "create", "--org", "acme"],
     ["token", "revoke", str(uuid.uuid4())],
     ["token", "list"],
+    # issue 12: every other command that connects
+    ["queue", "list"],
+    ["queue", "create", "hostile"],
+    ["prune"],
+    ["export"],
+    ["roles", "create"],
+    ["run"],
+    ["api", "--addr", "127.0.0.1:0"],
 ]
 
 
@@ -74,7 +91,63 @@ def test_clients_and_migrations_refuse_plaintext_tcp(
         migrate_sync(db_url)
     assert conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (0,)
 
+    monkeypatch.setenv("JOBSD_DATABASE_URL", db_url)
+    with pytest.raises(ConfigError, match=REFUSED):
+        jobsd.enqueue_sync("noop", org_id="acme")
+    with pytest.raises(ConfigError, match=REFUSED):
+        anyio.run(partial(jobsd.enqueue, "noop", org_id="acme"))
+    with pytest.raises(ConfigError, match=REFUSED):
+        run_daemon(Settings(database_url=db_url))
+
+    async def mounted() -> None:
+        app = FastAPI(lifespan=None)
+        app.include_router(
+            jobsd_http.router(org_dependency=lambda: "acme", settings=Settings(database_url=db_url))
+        )
+        async with app.router.lifespan_context(app):
+            pass
+
+    with pytest.raises(ConfigError, match=REFUSED):
+        anyio.run(mounted)
+    assert conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (0,)
+
     monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "1")  # what the test session runs with
     with SyncClient(db_url) as client:
         job = client.enqueue("noop", org_id="acme")
     assert conn.execute("SELECT id FROM jobsd.jobs").fetchall() == [(job.id,)]
+
+
+def test_scram_is_required_when_asked_even_in_development(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test server trusts TCP (no password): require_auth=scram-sha-256 refuses it."""
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "1")
+    monkeypatch.setenv("JOBSD_REQUIRE_SCRAM", "1")
+    with (
+        pytest.raises(BackendUnavailable, match="scram-sha-256"),
+        connect(db_url, application_name="t", operation="probe"),
+    ):
+        pass
+    monkeypatch.setenv("JOBSD_REQUIRE_SCRAM", "0")
+    with connect(db_url, application_name="t", operation="probe") as conn:
+        assert conn.execute("SELECT 1").fetchone() == {"?column?": 1}
+
+
+def test_the_database_url_comes_from_the_systemd_credential(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """LoadCredential=database_url:... puts the URL in $CREDENTIALS_DIRECTORY, not in
+    the environment: every command reads it there when JOBSD_DATABASE_URL is unset."""
+    (tmp_path / "database_url").write_text(db_url + "\n")
+    env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "JOBSD_DATABASE_URL": None}
+    runner = CliRunner()
+    enqueued = runner.invoke(jobsd_main, ["enqueue", "noop", "--org", "acme"], env=env)
+    assert enqueued.exit_code == 0, enqueued.output
+    job_id = uuid.UUID(enqueued.stdout.strip())
+    assert conn.execute("SELECT id FROM jobsd.jobs").fetchall() == [(job_id,)]
+    listed = runner.invoke(jobsd_main, ["queue", "list"], env=env)
+    assert listed.exit_code == 0 and "default" in listed.stdout, listed.output
+    # the environment wins when set; no credential and no variable: a clear error
+    (tmp_path / "database_url").unlink()
+    missing = runner.invoke(jobsd_main, ["queue", "list"], env=env)
+    assert missing.exit_code == 1 and "no database configured" in missing.output

@@ -14,7 +14,13 @@ from psycopg import sql
 from support.daemon import running_daemon
 
 import jobsd
-from jobsd.admin.roles import RoleNames, check_sees_all_orgs, create_roles, drop_roles
+from jobsd.admin.roles import (
+    ROLE_KINDS,
+    RoleNames,
+    check_sees_all_orgs,
+    create_roles,
+    drop_roles,
+)
 from jobsd.cli import main as jobsd_main
 from jobsd.errors import ConfigError, DatabaseError, JobNotFound
 from jobsd.registry import Registry
@@ -69,23 +75,26 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
     names, url = roles.names, roles.db_url
     tables = _tables(url)
     assert {"queues", "jobs", "job_events", "schema_migrations"} <= tables
-    has_tokens = "api_tokens" in tables
-    tokens = {"api_tokens:SELECT"} if has_tokens else set()
+    # every role may read its own row of role_orgs (granted to PUBLIC, row-level security)
+    own_org = {"role_orgs:SELECT"}
 
     assert _privileges(url, names.read) == {f"{t}:SELECT" for t in tables}
-    assert _privileges(url, names.enqueue) == {
+    tenant_app = {
         "jobs:SELECT",
         "jobs:INSERT",
-        "job_events:SELECT",
-        "job_events:INSERT",
+        "job_events:SELECT",  # no INSERT: history is written by the database's triggers
         "job_dependencies:SELECT",
         "job_dependencies:INSERT",
         "queues:SELECT",
         "schema_migrations:SELECT",
-        *tokens,
+        *own_org,
     }
+    assert _privileges(url, names.enqueue) == tenant_app
+    assert _privileges(url, names.api) == tenant_app
+    assert _privileges(url, names.admin) == {"queues:SELECT", "schema_migrations:SELECT", *own_org}
     assert _privileges(url, names.worker) == {
         "jobs:SELECT",
+        "jobs:INSERT",  # the scheduler of periodic jobs enqueues
         "jobs:UPDATE",
         "job_events:INSERT",
         "queues:SELECT",
@@ -96,18 +105,38 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "workers:DELETE",
         "concurrency_keys:SELECT",
         "concurrency_keys:UPDATE",
+        "schedules:SELECT",
+        "schedules:INSERT",
+        "schedules:UPDATE",
+        "schedule_ticks:SELECT",
+        "schedule_ticks:INSERT",
+        "schedule_ticks:UPDATE",
+        "schedule_ticks:DELETE",
+        *own_org,
+        # each daemon records its types' rules (a retry reads their delivery)
+        "job_types:SELECT",
+        "job_types:INSERT",
+        "job_types:UPDATE",
+        # 0015: a daemon claims a failed job's on_fail hook by inserting its row
+        "fail_hooks:SELECT",
+        "fail_hooks:INSERT",
     }
-    # functions PUBLIC may not run: queue administration for the API's enqueue role
-    # (queue listing for the read role too); the triggers' functions for nobody
-    assert _routines(url, names.enqueue) == {
+    # functions PUBLIC may not run: queue administration for the admin role (and the
+    # API's role, a member of it), never queue_drop (the owner's); the token lookup
+    # for the API; queue listing for the read role; the triggers' functions for nobody
+    administration = {
         "queue_info",
         "queue_create",
         "queue_set_limits",
+        "queue_set_org_limits",
         "queue_pause",
         "queue_resume",
-        "queue_drop",
     }
-    assert _routines(url, names.read) == {"queue_info"}
+    assert _routines(url, names.admin) == administration | {"schedule_info"}
+    api_reads = {"api_token_lookup", "done_notify_key"}
+    assert _routines(url, names.api) == administration | {"schedule_info", "job_retry"} | api_reads
+    assert _routines(url, names.enqueue) == api_reads | {"job_retry"}
+    assert _routines(url, names.read) == {"queue_info", "schedule_info", *api_reads}
     assert _routines(url, names.worker) == set()
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else
@@ -246,7 +275,8 @@ async def test_enqueue_work_and_read_under_their_roles(roles: Roles) -> None:
 
 @pytest.mark.anyio
 async def test_less_privilege_fails_clearly(roles: Roles) -> None:
-    for kind in ("read", "worker"):
+    # (the worker role enqueues: the scheduler of periodic jobs runs in the daemon)
+    for kind in ("read",):
         async with jobsd.Client(roles.url(kind, org="acme")) as client:
             with pytest.raises(DatabaseError) as info:
                 await client.enqueue("t", {}, org_id="acme")
@@ -292,7 +322,7 @@ def prefix(admin_url: str) -> Iterator[str]:
     value = f"t{uuid.uuid4().hex[:10]}"
     yield value
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        for kind in ("owner", "enqueue", "worker", "read"):
+        for kind in ROLE_KINDS:
             conn.execute(
                 sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(f"{value}_{kind}"))
             )
@@ -313,8 +343,8 @@ def test_refusals_before_anything_is_created(
 
     with pytest.raises(ConfigError, match="invalid role prefix"):
         create_roles(db_url, prefix="Bad-Prefix")
-    with pytest.raises(ConfigError, match="unknown role kind 'admin'"):
-        create_roles(db_url, prefix=prefix, passwords={"admin": "x"})
+    with pytest.raises(ConfigError, match="unknown role kind 'superuser'"):
+        create_roles(db_url, prefix=prefix, passwords={"superuser": "x"})
     # not a superuser
     with pytest.raises(ConfigError, match="must run as a superuser"):
         create_roles(roles.url("owner"), prefix=prefix)

@@ -196,3 +196,22 @@ async def test_jobs_run_end_to_end_over_tls_with_a_password(tls_server: TlsServe
     assert done.report == {"doubled": 42}
     assert {name for name, _ in sessions} >= {"jobsd-daemon", "jobsd-listen", "jobsd-client"}
     assert all(ssl for _, ssl in sessions)
+
+
+def test_jobsd_requires_scram_and_warns_when_the_server_is_not_verified(
+    tls_server: TlsServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 12: JOBSD_REQUIRE_SCRAM (on by default without JOBSD_ALLOW_INSECURE) passes
+    libpq require_auth=scram-sha-256; sslmode below verify-full is logged."""
+    from jobsd.store.connect import connect
+
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "0")
+    monkeypatch.delenv("JOBSD_REQUIRE_SCRAM", raising=False)
+    with connect(tls_server.secure(), application_name="t", operation="probe") as conn:
+        options = {o.keyword: o.val for o in conn.pgconn.info}
+        assert options[b"require_auth"] == b"scram-sha-256"
+    assert "security.server_not_verified" not in caplog.text
+    weak = tls_server.tcp(sslmode="require", password=tls_server.password)
+    with connect(weak, application_name="t", operation="probe"):
+        pass
+    assert "security.server_not_verified" in caplog.text

@@ -23,6 +23,8 @@ from support.waiting import wait_until as wait_until
 import jobsd
 from jobsd.registry import Registry
 from jobsd.settings import Settings
+from jobsd.store.connect import make_async_pool
+from jobsd.store.db import AsyncPool
 
 T = TypeVar("T")
 ADb = psycopg.AsyncConnection[DictRow]
@@ -71,3 +73,14 @@ async def client(db_url: str) -> AsyncIterator[jobsd.Client]:
     """Return an async client on the test's database."""
     async with jobsd.Client(db_url) as c:
         yield c
+
+
+@pytest.fixture
+async def pool(db_url: str) -> AsyncIterator[AsyncPool]:
+    """Open a small pool on the test's database."""
+    pool = make_async_pool(db_url, name="test", min_size=1, max_size=2, timeout_s=5.0)
+    await pool.open(wait=True)
+    try:
+        yield pool
+    finally:
+        await pool.close()

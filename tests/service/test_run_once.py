@@ -7,7 +7,6 @@ a heartbeat interval are reached by moving a ``ManualClock``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -18,7 +17,6 @@ from jobsd.errors import BackendUnavailable, ConfigError
 from jobsd.models import Job
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncPool
 from jobsd.store.listen import open_listen_connection
 from jobsd.store.workers import open_worker_connection
@@ -40,17 +38,6 @@ from .conftest import ADb, fetch_job, wait_until
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 WORKER = "test-host:1:run-once"
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[AsyncPool]:
-    """Open a small pool on the test's database."""
-    pool = make_async_pool(db_url, name="test", min_size=1, max_size=2, timeout_s=5.0)
-    await pool.open(wait=True)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 def claimer_for(
@@ -167,6 +154,58 @@ async def test_sweeper_finds_a_heartbeat_stale_on_its_clock(
     assert failed == []
 
 
+async def test_sweeper_holds_off_after_the_database_clock_steps_forward(
+    pool: AsyncPool, client: jobsd.Client, db: ADb, registry: Registry
+) -> None:
+    """T11b: a step of the clock that stamps heartbeats ages them all at once; live
+    owners are not swept, a silent one still is once the hold (the lease) is over."""
+
+    @jobsd.handler("mail", max_attempts=3, registry=registry)
+    async def mail(ctx: jobsd.JobContext) -> None:
+        return None
+
+    clock = ManualClock()
+    live = await client.enqueue("mail", org_id="acme")
+    silent = await client.enqueue("mail", org_id="acme")
+
+    async def beat(job_id: uuid.UUID) -> None:
+        await db.execute(
+            "UPDATE jobsd.jobs SET status = 'running', attempts = 1,"
+            " lease_id = coalesce(lease_id, gen_random_uuid()), worker_id = 'w:1:x',"
+            " started_at = coalesce(started_at, %(now)s),"
+            " progress = jsonb_build_object('updated_at', %(now)s::timestamptz)"
+            " WHERE id = %(id)s",
+            {"now": clock.now(), "id": job_id},
+        )
+
+    await beat(live.id)
+    await beat(silent.id)
+    cfg = SweeperSettings(
+        worker_id=WORKER,
+        death_check_interval_s=5.0,
+        sweep_interval_s=1.0,
+        stale_after_s=3.0,
+        default_max_attempts=1,
+    )
+    sweeper = Sweeper(pool, cfg, clock, registry, DaemonStats(), lambda job: None)
+    assert await sweeper.sweep_stale() == {}
+    clock.advance(1)
+    assert await sweeper.sweep_stale() == {}
+
+    clock.jump(6)  # both heartbeats are now 7 s old on that clock: twice the lease
+    assert await sweeper.sweep_stale() == {}
+    assert sweeper.clock_watch.jumps == 1
+    clock.advance(1)
+    await beat(live.id)  # the live owner beats again, on the stepped clock
+    assert await sweeper.sweep_stale() == {}
+    clock.advance(2)
+    await beat(live.id)
+    # the hold is over: the owner that never beat again is swept, the live one is not
+    assert await sweeper.sweep_stale() == {"queued": 1}
+    assert (await fetch_job(db, silent.id))["reason"] == "stale heartbeat"
+    assert (await fetch_job(db, live.id))["status"] == "running"
+
+
 async def test_runner_completer_and_hooks_see_a_job_through(
     pool: AsyncPool, client: jobsd.Client, db: ADb, registry: Registry
 ) -> None:
@@ -189,7 +228,7 @@ async def test_runner_completer_and_hooks_see_a_job_through(
     clock = ManualClock()
     stats = DaemonStats()
     holdings = Holdings(2, clock)
-    hooks = FailHooks(HooksSettings(), clock, registry)
+    hooks = FailHooks(pool, HooksSettings(worker_id=WORKER), clock, registry)
     completer = Completer(
         pool, CompleterSettings(worker_id=WORKER), clock, holdings, stats, Waker(), hooks.submit
     )

@@ -173,3 +173,44 @@ def test_connect_warns_once_per_url_and_trusts_the_dev_cluster(
         check_url(local)
     trust_local_cluster(local)  # what `jobsd dev` does for the cluster it started
     assert check_url(local) is None
+
+
+# -- issue 12: SCRAM required, unverified servers named -------------------------------
+
+
+def test_scram_is_required_on_tcp_unless_development_or_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jobsd.store.tls import auth_params
+
+    tcp = "postgresql://app@db.example:5432/app?sslmode=verify-full"
+    monkeypatch.delenv("JOBSD_REQUIRE_SCRAM", raising=False)
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "0")
+    assert auth_params(tcp, {}) == {"require_auth": "scram-sha-256"}
+    assert auth_params("postgresql:///app?host=/run/postgresql", {}) == {}
+    assert auth_params(tcp + "&require_auth=scram-sha-256,md5", {}) == {}  # the URL decides
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "1")
+    assert auth_params(tcp, {}) == {}
+    monkeypatch.setenv("JOBSD_REQUIRE_SCRAM", "1")
+    assert auth_params(tcp, {}) == {"require_auth": "scram-sha-256"}
+    monkeypatch.setenv("JOBSD_REQUIRE_SCRAM", "0")
+    monkeypatch.setenv("JOBSD_ALLOW_INSECURE", "0")
+    assert auth_params(tcp, {}) == {}
+
+
+@pytest.mark.parametrize(
+    ("url", "unverified"),
+    [
+        ("postgresql://h/db?sslmode=verify-full", False),
+        ("postgresql://h/db?sslmode=verify-ca", True),
+        ("postgresql://h/db?sslmode=require", True),
+        ("postgresql:///db?host=/run/postgresql", False),
+    ],
+)
+def test_a_server_not_verified_is_named(url: str, unverified: bool) -> None:
+    from jobsd.store.tls import unverified_reason
+
+    reason = unverified_reason(url, {})
+    assert (reason is not None) == unverified
+    if reason:
+        assert "verify-full" in reason

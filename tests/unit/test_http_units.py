@@ -22,6 +22,7 @@ from jobsd.http.settings import HttpSettings, parse_addr
 from jobsd.http.tokens import hash_token, looks_like_token, new_token
 from jobsd.http.waiter import DoneWaiter
 from jobsd.settings import Settings
+from jobsd.store.api import done_payload
 
 
 @given(
@@ -82,14 +83,17 @@ def test_tokens_are_random_and_only_their_hash_is_kept() -> None:
 
 async def _watch_semantics() -> None:
     waiter = DoneWaiter("postgresql://unused")
+    waiter._key = "k"  # what the connection reads (migration 0012: payloads are hashed)
     job = uuid.uuid4()
     with waiter.watch(job) as watch:
         assert waiter.waiting == 1
-        waiter._deliver(str(job))  # a notification before the wait is not lost
+        waiter._deliver(str(job))  # the bare id is no payload any more
+        assert await watch.wait(0.01) is False
+        waiter._deliver(done_payload("k", job))  # a notification before the wait is not lost
         with anyio.fail_after(1):
             assert await watch.wait(10) is True
         assert await watch.wait(0.01) is False  # re-armed
-        waiter._deliver(str(uuid.uuid4()))  # another job's notification
+        waiter._deliver(done_payload("k", uuid.uuid4()))  # another job's notification
         assert await watch.wait(0.01) is False
         waiter._deliver("not a uuid")
         waiter.close()

@@ -37,8 +37,8 @@ def test_committed_openapi_matches_the_code() -> None:
 def test_every_documented_answer_is_declared() -> None:
     declared = _declared()
     assert declared[("POST", "/jobs")] == {"202", "401", "409", "413", "422", "429", "503"}
-    assert declared[("GET", "/jobs")] == {"200", "401", "422", "503"}
-    assert declared[("GET", "/jobs/{job_id}")] == {"200", "401", "404", "422", "503"}
+    assert declared[("GET", "/jobs")] == {"200", "401", "422", "429", "503"}
+    assert declared[("GET", "/jobs/{job_id}")] == {"200", "401", "404", "422", "429", "503"}
     assert declared[("POST", "/jobs/{job_id}/cancel")] == {
         "200",
         "202",
@@ -62,5 +62,6 @@ def test_every_queue_answer_is_declared() -> None:
         ("PATCH", "/queues/{name}"): {"200", "401", "403", "404", "422", "503"},
         ("POST", "/queues/{name}/pause"): {"200", "401", "403", "404", "422", "503"},
         ("POST", "/queues/{name}/resume"): {"200", "401", "403", "404", "422", "503"},
-        ("DELETE", "/queues/{name}"): {"200", "401", "403", "404", "409", "422", "503"},
+        # dropping is the owner's, on the command line: the API always answers 403
+        ("DELETE", "/queues/{name}"): {"200", "401", "403", "422", "503"},
     }

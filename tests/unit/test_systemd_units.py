@@ -46,6 +46,9 @@ def test_unit_says_what_the_issue_asks(unit: str) -> None:
     # stop: drain, then the outcome writes (as long again), then on_fail hooks (10 s)
     drain_s = Settings.model_fields["drain_timeout"].default
     assert parse_duration(s["TimeoutStopSec"][0]) > 2 * drain_s + 10
+    # issue 12: the URL as a credential, bounded resources
+    assert s["LoadCredential"] == ["database_url:/etc/jobsd/database_url"]
+    assert int(s["LimitNOFILE"][0]) >= 4096 and int(s["TasksMax"][0]) > 0
     assert "JOBSD_WORKER_ID" not in (SYSTEMD_DIR / unit).read_text().replace(
         "Never set JOBSD_WORKER_ID", ""
     )
@@ -66,8 +69,9 @@ def test_env_example_names_only_real_settings() -> None:
     assert "JOBSD_DATABASE_URL" in names
     for name in names:
         assert name.removeprefix("JOBSD_").lower() in known, name
-    # the production URL of the example passes jobsd's own check
-    (url,) = re.findall(r"^JOBSD_DATABASE_URL=(.*)$", text, re.MULTILINE)
+    # the production URL of the example (a credential file, or this line) passes
+    # jobsd's own check
+    (url,) = re.findall(r"^#?JOBSD_DATABASE_URL=(.*sslmode.*)$", text, re.MULTILINE)
     check_connection_security(url, allow_insecure=False)
 
 
@@ -104,7 +108,10 @@ def test_prune_units_say_what_docs_retention_says() -> None:
     assert s["ExecStart"] == [f"{INSTALLED_JOBSD} prune $PRUNE_OPTIONS"]
     # the daemons' settings, then the prune's (the owner role's URL) winning
     assert s["EnvironmentFile"] == ["/etc/jobsd/jobsd.env", "/etc/jobsd/jobsd-prune.env"]
-    assert s["User"] == ["jobsd"] and s["Group"] == ["jobsd"]
+    # issue 12: a user of its own, the owner URL as a credential only it can read
+    assert s["User"] == ["jobsd-prune"] and s["DynamicUser"] == ["yes"]
+    assert s["LoadCredential"] == ["database_url:/etc/jobsd/prune_database_url"]
+    assert s["UnsetEnvironment"] == ["JOBSD_DATABASE_URL"]
     assert parse_duration(s["TimeoutStartSec"][0]) >= 3600
     for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "PrivateDevices"):
         assert s[key] == ["yes"], key

@@ -1,0 +1,123 @@
+"""The ``jobsd schedule`` commands: list the periodic schedules, pause and resume one.
+
+Schedules are declared by the daemons that run them (``@jobsd.periodic``, or the
+TOML file of ``JOBSD_SCHEDULES``); these commands see and steer them through the
+database: a pause holds for every daemon and survives restarts. They connect like
+``jobsd queue``. Semantics in docs/periodic.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from jobsd.cli.common import given_url, run_async, warn_if_insecure
+from jobsd.cli.errors import fail, friendly_errors
+from jobsd.errors import UnknownSchedule
+
+if TYPE_CHECKING:
+    from jobsd.periodic import ScheduleInfo
+
+__all__ = ["schedule"]
+
+T = TypeVar("T")
+
+_database_url_option = click.option(
+    "--database-url",
+    envvar="JOBSD_DATABASE_URL",
+    help="libpq URL of the database (JOBSD_DATABASE_URL).",
+)
+_HEADER = ["ID", "SCHEDULE", "TIMEZONE", "STATE", "NEXT TICK", "LAST TICK", "LAST JOB", "JOB STATE"]
+_COUNTERS = ["FIRED", "REFUSED", "LATE", "SKIPPED"]
+
+
+def _run(database_url: str | None, operation: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    url = given_url(database_url)
+    warn_if_insecure(url)
+    try:
+        return run_async(url, operation, work, command="schedule")
+    except UnknownSchedule as exc:
+        fail(f"unknown schedule {exc.schedule_id!r} (see `jobsd schedule list`)")
+
+
+def _time(value: datetime | None) -> str:
+    return value.astimezone(UTC).isoformat(timespec="seconds") if value is not None else "-"
+
+
+def _row(info: ScheduleInfo, now: datetime) -> list[str]:
+    return [
+        info.id,
+        info.schedule.spec,
+        info.timezone,
+        "paused" if info.paused else "active",
+        _time(info.next_tick(now)),
+        _time(info.last_tick),
+        str(info.last_job_id) if info.last_job_id else "-",
+        info.last_state or "-",
+        str(info.fired),
+        str(info.refused),
+        str(info.late),
+        str(info.skipped),
+    ]
+
+
+@click.group()
+def schedule() -> None:
+    """See and steer periodic jobs: list, pause, resume."""
+
+
+@schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per schedule.")
+@_database_url_option
+@friendly_errors
+def schedule_list(as_json: bool, database_url: str | None) -> None:
+    """List the schedules: next tick, last tick with its job and state, counters."""
+    from jobsd.store.schedules import info
+
+    infos = _run(database_url, "listing of the schedules", info)
+    now = datetime.now(UTC)
+    if as_json:
+        for item in infos:
+            click.echo(json.dumps(item.to_json(now)))
+        return
+    if not infos:
+        click.echo("no schedules (daemons declare them: see docs/periodic.md)")
+        return
+    rows = [_HEADER + _COUNTERS, *(_row(item, now) for item in infos)]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@schedule.command("pause")
+@click.argument("schedule_id", metavar="ID")
+@_database_url_option
+@friendly_errors
+def schedule_pause(schedule_id: str, database_url: str | None) -> None:
+    """Stop schedule ID firing, for every daemon, until resumed. Idempotent."""
+    from jobsd.store.schedules import pause
+
+    found = _run(
+        database_url, f"pause of schedule {schedule_id!r}", lambda c: pause(c, schedule_id)
+    )
+    click.echo(f"schedule {found.id!r} paused since {_time(found.paused_at)}: no tick fires")
+
+
+@schedule.command("resume")
+@click.argument("schedule_id", metavar="ID")
+@_database_url_option
+@friendly_errors
+def schedule_resume(schedule_id: str, database_url: str | None) -> None:
+    """Let schedule ID fire again from its next tick (missed ticks never fire). Idempotent."""
+    from jobsd.store.schedules import resume
+
+    found = _run(
+        database_url, f"resume of schedule {schedule_id!r}", lambda c: resume(c, schedule_id)
+    )
+    click.echo(
+        f"schedule {found.id!r} resumed: next tick {_time(found.next_tick(datetime.now(UTC)))}"
+    )

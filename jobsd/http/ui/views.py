@@ -1,0 +1,216 @@
+"""What each dashboard page shows, gathered from the store: plain data for the templates.
+
+Nothing here renders HTML. The throughput chart is computed as bar geometry (an
+inline SVG in the template needs no script and no style attribute).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobsd.admin.queues import list_queues
+from jobsd.models import OPEN_STATES, JobEvent, JobStatus
+from jobsd.store import jobs_ops
+from jobsd.store import ui as store
+from jobsd.store.api import Cursor
+from jobsd.store.db import AsyncConn
+
+__all__ = [
+    "Bar",
+    "JobFilter",
+    "JobView",
+    "QueueRow",
+    "job_view",
+    "jobs_page",
+    "progress_of",
+    "queue_rows",
+    "span",
+]
+
+CHART_MINUTES = 60
+CHART_HEIGHT = 32
+BAR_WIDTH = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One minute of the throughput chart: x, and the heights of its two stacked parts."""
+
+    x: int
+    ok_y: int
+    ok_h: int
+    fail_y: int
+    fail_h: int
+    title: str
+
+
+@dataclass(slots=True)
+class QueueRow:
+    """One queue of the overview."""
+
+    name: str
+    counts: dict[str, int]
+    paused: bool
+    capacity: int | None
+    open_jobs: int
+    concurrency_limit: int | None
+    succeeded_1h: int = 0
+    failed_1h: int = 0
+    lag_s: float | None = None
+    bars: list[Bar] = field(default_factory=list)
+
+    @property
+    def full(self) -> bool:
+        """Say whether the queue holds its capacity of open jobs (enqueues are refused)."""
+        return self.capacity is not None and self.open_jobs >= self.capacity
+
+
+def span(seconds: float | None, *, compact: bool = False) -> str:
+    """Say a duration for people: ``850 ms``, ``42 s``, ``12 min``, ``5 h``, ``3 d``
+    (``compact``: ``42s``, ``12m``, for the terminal); ``-`` for None."""
+    if seconds is None:
+        return "-"
+    gap = "" if compact else " "
+    units = ("s", "min", "h", "d") if not compact else ("s", "m", "h", "d")
+    if seconds < 1 and not compact:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.0f}{gap}{units[0]}"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}{gap}{units[1]}"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}{gap}{units[2]}"
+    return f"{seconds / 86400:.0f}{gap}{units[3]}"
+
+
+def _bars(per_minute: dict[int, tuple[int, int]]) -> list[Bar]:
+    """Scale minute counts (minutes_ago -> (succeeded, failed)) to bars, oldest on the left."""
+    peak = max((ok + bad for ok, bad in per_minute.values()), default=0)
+    bars: list[Bar] = []
+    if peak == 0:
+        return bars
+    for minutes_ago, (ok, bad) in sorted(per_minute.items()):
+        if not 0 <= minutes_ago < CHART_MINUTES:
+            continue
+        x = (CHART_MINUTES - 1 - minutes_ago) * BAR_WIDTH
+        ok_h = round(ok * CHART_HEIGHT / peak)
+        fail_h = max(round(bad * CHART_HEIGHT / peak), 1 if bad else 0)
+        bars.append(
+            Bar(
+                x=x,
+                ok_y=CHART_HEIGHT - ok_h,
+                ok_h=ok_h,
+                fail_y=CHART_HEIGHT - ok_h - fail_h,
+                fail_h=fail_h,
+                title=f"{minutes_ago} min ago: {ok} succeeded, {bad} failed",
+            )
+        )
+    return bars
+
+
+async def queue_rows(conn: AsyncConn, org_id: str | None) -> list[QueueRow]:
+    """Gather the overview's queues: open jobs by state, last hour, pickup lag, flags.
+
+    ``org_id`` None (an admin) counts every org's jobs; an org counts its own only.
+    """
+    queues = await list_queues(conn)
+    own = await store.open_counts_for_org(conn, org_id) if org_id is not None else None
+    lags = await store.pickup_lag(conn, org_id)
+    minutes = await store.throughput(conn, org_id, minutes=CHART_MINUTES)
+    rows: dict[str, QueueRow] = {}
+    for q in queues:
+        counts = q.depth if own is None else {s: own.get(q.name, {}).get(s, 0) for s in OPEN_STATES}
+        rows[q.name] = QueueRow(
+            name=q.name,
+            counts=counts,
+            paused=q.paused,
+            capacity=q.capacity,
+            open_jobs=q.open_jobs,
+            concurrency_limit=q.concurrency_limit,
+            lag_s=lags.get(q.name),
+        )
+    per_queue: dict[str, dict[int, tuple[int, int]]] = {}
+    for m in minutes:
+        row = rows.get(m["queue"])
+        if row is None:
+            continue
+        ok, bad = int(m["succeeded"]), int(m["failed"])
+        row.succeeded_1h += ok
+        row.failed_1h += bad
+        per_queue.setdefault(row.name, {})[int(m["minutes_ago"])] = (ok, bad)
+    for name, per_minute in per_queue.items():
+        rows[name].bars = _bars(per_minute)
+    return list(rows.values())
+
+
+def progress_of(progress: dict[str, Any] | None) -> tuple[int, int] | None:
+    """Return (done, total) of a progress report with a positive total, else None."""
+    if not progress:
+        return None
+    done, total = progress.get("done"), progress.get("total")
+    if not isinstance(done, int) or not isinstance(total, int) or total <= 0:
+        return None
+    return max(0, min(done, total)), total
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job page: the row, its history, and its progress as (done, total)."""
+
+    job: dict[str, Any]
+    events: list[JobEvent]
+    progress: tuple[int, int] | None
+
+
+async def job_view(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> JobView | None:
+    """Read a job and its history (of ``org_id``, or any org); None when not visible."""
+    row = await store.get_job(conn, job_id, org_id)
+    if row is None:
+        return None
+    events = await store.job_events(conn, job_id, org_id)
+    return JobView(row, events, progress_of(row.get("progress")))
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What a jobs list shows: each field None means any."""
+
+    org_id: str | None = None
+    status: JobStatus | None = None
+    type: str | None = None
+    queue: str | None = None
+    since: datetime | None = None
+    """created at or after"""
+    until: datetime | None = None
+    """created before"""
+
+
+_FIRST_ID = uuid.UUID(int=0)
+
+
+async def jobs_page(
+    conn: AsyncConn, filters: JobFilter, *, after: Cursor | None, limit: int, scope: str | None
+) -> jobs_ops.JobPage:
+    """List a page of jobs, newest first, with the shared ``list_jobs``.
+
+    ``scope`` is the viewer's org (None: an admin, every org); ``filters.org_id``
+    narrows an admin's list to one org. An org's list never leaves its org. ``until``
+    is a keyset bound: jobs created before it, ``(created_at, id) < (until, 0)``.
+    """
+    if scope is not None and filters.org_id not in (None, scope):
+        return jobs_ops.JobPage([], None)
+    if filters.until is not None and (after is None or filters.until <= after.created_at):
+        after = Cursor(filters.until, _FIRST_ID)
+    return await jobs_ops.list_jobs(
+        conn,
+        status=filters.status,
+        type=filters.type,
+        queue=filters.queue,
+        org_id=scope or filters.org_id,
+        since=filters.since,
+        after=after,
+        limit=limit,
+    )

@@ -1,0 +1,142 @@
+"""The main of an isolated handler's child process: ``python -m jobsd.worker.child PPID``.
+
+The daemon (``children.py``) writes one request per line on stdin (the handler as
+``module:qualname`` and the job's context); the child runs the handler, sync or async,
+and answers on the original stdout, one JSON line per message: ``progress`` as the
+handler reports it, then ``result`` or ``error``. Whatever the handler prints goes to
+stderr, never into the protocol. The child dies with the daemon (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib
+import inspect
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+import uuid
+from typing import IO, Any
+
+from jobsd.context import JobContext, _Done
+from jobsd.errors import InvalidPayload
+from jobsd.jsonsafe import encode_object
+
+__all__ = ["main", "resolve"]
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies; exit if it already did."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the closed pipe still ends the loop
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def resolve(ref: str) -> Any:
+    """Import ``module:qualname`` and return the object it names."""
+    module_name, _, qualname = ref.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    # a decorated handler may be wrapped; the registry stores the function itself
+    return obj
+
+
+class _Channel:
+    """The protocol stream back to the daemon; one line per message, thread-safe."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+        with self._lock:
+            self._out.write(data + b"\n")
+            self._out.flush()
+
+
+class ChildContext(JobContext):
+    """A JobContext whose progress also goes to the daemon at once."""
+
+    def __init__(self, channel: _Channel, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._channel = channel
+
+    def progress(self, done: int | None = None, total: int | None = None, **fields: Any) -> _Done:
+        """Record progress here and send it to the daemon."""
+        answer = super().progress(done, total, **fields)
+        if done is not None:
+            fields["done"] = done
+        if total is not None:
+            fields["total"] = total
+        self._channel.send({"op": "progress", "fields": fields})
+        return answer
+
+
+def _run(channel: _Channel, request: dict[str, Any]) -> None:
+    raw = request["ctx"]
+    try:
+        func = resolve(request["func"])
+        ctx = ChildContext(
+            channel,
+            id=uuid.UUID(raw["id"]),
+            type=raw["type"],
+            org_id=raw["org_id"],
+            queue=raw["queue"],
+            payload=raw["payload"],
+            attempt=raw["attempt"],
+            checkpoint=raw["checkpoint"],
+            priority=raw["priority"],
+            concurrency_key=raw["concurrency_key"],
+            max_progress_bytes=raw.get("max_progress_bytes"),
+        )
+        result = asyncio.run(func(ctx)) if inspect.iscoroutinefunction(func) else func(ctx)
+    except BaseException as exc:  # reported to the daemon, whatever it is
+        channel.send(
+            {
+                "op": "error",
+                "message": f"{type(exc).__name__}: {exc}",
+                "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+                "traceback": "".join(traceback.format_exception(exc)),
+                "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__],
+            }
+        )
+        return
+    if result is None:
+        channel.send({"op": "result", "report": None})
+        return
+    try:
+        text = encode_object(result, what="handler result", max_bytes=None)
+    except InvalidPayload as exc:
+        channel.send({"op": "invalid", "message": str(exc)})
+        return
+    channel.send({"op": "result", "report": json.loads(text)})
+
+
+def main(argv: list[str]) -> None:
+    """Serve requests until stdin closes."""
+    die_with_parent(int(argv[0]))
+    # Ctrl-C reaches the whole process group: the daemon decides when children stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # prints of handlers go to stderr, not into the protocol
+    channel = _Channel(out)
+    channel.send({"op": "ready", "pid": os.getpid()})
+    for line in sys.stdin.buffer:
+        if line.strip():
+            _run(channel, json.loads(line))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,251 @@
+"""The child processes of isolated handlers (``isolation="process"``): a pool the daemon owns.
+
+Model: each child (``child.py``) runs one job at a time and is reused while it lives.
+A request goes down its stdin as one JSON line; progress and the answer come back on
+its stdout, one JSON line each, at most ``max_line_bytes`` long. A child that dies
+mid-job (segfault, ``os._exit``, OOM kill) fails that job alone, with the signal or
+exit code in the cause, and is not reused. A run that is cancelled (timeout, stall,
+cancel request, shutdown) kills its child: SIGTERM, then SIGKILL after ``kill_grace_s``;
+the kill is complete before the run's outcome is handed over. Children die with the
+daemon, even on kill -9: they ask for ``PR_SET_PDEATHSIG`` first thing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from jobsd.context import JobContext, ProgressTooLarge
+
+__all__ = ["Answer", "Child", "ChildPool", "ChildSettings", "describe_exit"]
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 60.0
+"""how long a new child may take to import jobsd and say it is ready"""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSettings:
+    """How children are stopped and how much they may send."""
+
+    kill_grace_s: float
+    """``JOBSD_KILL_GRACE``: between SIGTERM and SIGKILL"""
+    max_line_bytes: int
+    """the longest message a child may send (a report or a progress record)"""
+    max_idle: int
+    """children kept for reuse"""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How an isolated run ended."""
+
+    kind: Literal["result", "error", "invalid", "crashed", "too_large", "progress_too_large"]
+    report: dict[str, Any] | None = None
+    message: str = ""
+    detail: dict[str, Any] | None = None
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Say how a child ended: ``killed by signal SIGSEGV (11)`` or ``exited with code 3``."""
+    if returncode is None:
+        return "ended without an exit status"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "signal"
+        return f"killed by signal {name} ({-returncode})"
+    return f"exited with code {returncode}"
+
+
+class Child:
+    """One child process and the reader of its answers."""
+
+    def __init__(self, process: Process, max_line_bytes: int) -> None:
+        self.process = process
+        assert process.stdout is not None and process.stdin is not None
+        self.reader = BufferedByteReceiveStream(process.stdout)
+        self.max_line_bytes = max_line_bytes
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class ChildPool:
+    """Run handlers in supervised child processes, one job per child at a time."""
+
+    def __init__(self, cfg: ChildSettings) -> None:
+        self.cfg = cfg
+        self._idle: list[Child] = []
+        self._closed = False
+        self.started = 0
+        """children started so far (a crashed or killed child is replaced)"""
+        self.pids: set[int] = set()
+        """children alive now"""
+
+    async def warm(self, count: int) -> None:
+        """Start ``count`` idle children now, together (at daemon start: a first run
+        should not wait for a child to import jobsd)."""
+
+        async def one() -> None:
+            try:
+                child = await self._spawn()
+            except Exception:  # a run that needs a child will say why it has none
+                log.error("child.start_failed", exc_info=True)
+                return
+            self._idle.append(child)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(count, self.cfg.max_idle) - len(self._idle)):
+                tg.start_soon(one)
+
+    async def acquire(self) -> Child:
+        """Take an idle child, or start one (a run's timeout starts after this)."""
+        return self._idle.pop() if self._idle else await self._spawn()
+
+    async def run(self, child: Child, func_ref: str, ctx: JobContext) -> Answer:
+        """Run ``func_ref`` (``module:qualname``) for ``ctx`` in ``child`` (from
+        ``acquire``); return how it ended. Cancellation kills the child, then propagates."""
+        request = {
+            "func": func_ref,
+            "ctx": {
+                "id": str(ctx.id),
+                "type": ctx.type,
+                "org_id": ctx.org_id,
+                "queue": ctx.queue,
+                "payload": ctx.payload,
+                "attempt": ctx.attempt,
+                "checkpoint": ctx.checkpoint,
+                "priority": ctx.priority,
+                "concurrency_key": ctx.concurrency_key,
+                "max_progress_bytes": ctx.max_progress_bytes,
+            },
+        }
+        reusable = False
+        try:
+            answer = await self._exchange(child, request, ctx)
+            reusable = answer.kind in ("result", "error", "invalid")
+            return answer
+        finally:
+            if reusable and not self._closed and len(self._idle) < self.cfg.max_idle:
+                self._idle.append(child)
+            else:
+                await self._stop(child)
+
+    async def _exchange(self, child: Child, request: dict[str, Any], ctx: JobContext) -> Answer:
+        assert child.process.stdin is not None
+        try:
+            await child.process.stdin.send(json.dumps(request).encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return await self._crashed(child)
+        while True:
+            try:
+                line = await child.reader.receive_until(b"\n", child.max_line_bytes)
+            except anyio.DelimiterNotFound:
+                return Answer(
+                    "too_large",
+                    message=f"report too large: the handler sent more than "
+                    f"{child.max_line_bytes} bytes",
+                )
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+                return await self._crashed(child)
+            message = json.loads(line)
+            match message["op"]:
+                case "progress":
+                    try:
+                        ctx.progress(**message["fields"])
+                    except ProgressTooLarge as exc:
+                        return Answer("progress_too_large", message=str(exc))
+                case "result":
+                    return Answer("result", report=message["report"])
+                case "invalid":
+                    return Answer("invalid", message=message["message"])
+                case _:
+                    return Answer(
+                        "error",
+                        message=message["message"],
+                        detail={
+                            "type": message["type"],
+                            "traceback": message["traceback"],
+                            "mro": message.get("mro", []),
+                        },
+                    )
+
+    async def _crashed(self, child: Child) -> Answer:
+        with anyio.move_on_after(self.cfg.kill_grace_s):
+            await child.process.wait()
+        how = describe_exit(child.process.returncode)
+        log.warning("child.died", extra={"child_pid": child.pid, "how": how})
+        return Answer(
+            "crashed",
+            message=f"handler process {how}",
+            detail={"pid": child.pid, "returncode": child.process.returncode},
+        )
+
+    async def _spawn(self) -> Child:
+        env = dict(os.environ)
+        # the child imports the handler's module: give it the daemon's import path
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        process = await anyio.open_process(
+            [sys.executable, "-m", "jobsd.worker.child", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            env=env,
+        )
+        self.started += 1
+        self.pids.add(process.pid)
+        child = Child(process, self.cfg.max_line_bytes)
+        try:
+            # a run's limits start once the child has imported jobsd, not before
+            with anyio.fail_after(STARTUP_TIMEOUT_S):
+                line = await child.reader.receive_until(b"\n", child.max_line_bytes)
+            if json.loads(line).get("op") != "ready":
+                raise ValueError(f"unexpected first message {line[:200]!r}")
+        except BaseException:
+            await self._stop(child)
+            raise
+        log.debug("child.started", extra={"child_pid": process.pid})
+        return child
+
+    async def _stop(self, child: Child) -> None:
+        """End a child: close its stdin, SIGTERM, then SIGKILL after the grace."""
+        with anyio.CancelScope(shield=True):
+            process = child.process
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.terminate()
+                with anyio.move_on_after(self.cfg.kill_grace_s):
+                    await process.wait()
+                if process.returncode is None:
+                    log.warning("child.killed", extra={"child_pid": child.pid})
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                    await process.wait()
+            await process.aclose()
+            self.pids.discard(child.pid)
+
+    async def release(self, child: Child) -> None:
+        """Stop a child acquired for a run that never started."""
+        await self._stop(child)
+
+    async def aclose(self) -> None:
+        """Stop every idle child; running ones are stopped by their cancelled runs."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for child in idle:
+            await self._stop(child)

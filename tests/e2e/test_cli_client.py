@@ -1,0 +1,103 @@
+"""The command line of issue 14: ``jobsd retry``, ``jobsd jobs list``, ``jobsd run``
+without handlers, ``--run-after`` with offsets, one-line usage errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from support.jobs import make_job
+
+from .conftest import Proc, make_env, run_cli, wait_status
+from .test_cli import assert_one_line_error
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_retry_reruns_a_failed_job_and_its_history_shows_both_attempts(
+    db_url: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
+) -> None:
+    env = make_env(db_url)
+    daemon = spawn("run", env=env)
+    daemon.wait_ready()
+    first = run_cli("enqueue", "always_fails", "--org", "acme", "--wait", env=env)
+    assert first.returncode == 3, first.stderr
+    job_id = first.stdout.splitlines()[0].strip()
+    again = run_cli("retry", job_id, env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"job {job_id} queued again (attempt 2 next)\n"
+    row = wait_status(conn, job_id, "failed", timeout_s=30)
+    assert row["attempts"] == 2
+    daemon.send(signal.SIGTERM)
+    assert daemon.wait(20) == 0
+    shown = run_cli("status", job_id, "--json", env=env)
+    history = [(e["from"], e["to"], e["attempt"]) for e in json.loads(shown.stdout)["history"]]
+    assert history == [
+        (None, "queued", 0),
+        ("queued", "running", 1),
+        ("running", "failed", 1),
+        ("failed", "queued", 1),
+        ("queued", "running", 2),
+        ("running", "failed", 2),
+    ]
+    retry_event = json.loads(shown.stdout)["history"][3]
+    assert retry_event["reason"] == "retry" and retry_event["worker"].startswith("cli:")
+    # refusals: one line, nothing changed
+    queued = make_job(conn)
+    assert_one_line_error(run_cli("retry", str(queued), env=env), "it is queued")
+    assert_one_line_error(run_cli("retry", str(uuid.uuid4()), env=env), "not found")
+    assert_one_line_error(run_cli("retry", "nope", env=env), "not a job id")
+
+
+def test_jobs_list_filters_and_json(db_url: str, conn: psycopg.Connection[Any]) -> None:
+    env = make_env(db_url)
+    a = make_job(conn, org_id="acme", type="mail")
+    b = make_job(conn, org_id="globex", type="mail", status="failed")
+    make_job(conn, org_id="acme", type="crawl", created_at=datetime(2020, 1, 1, tzinfo=UTC))
+    listed = run_cli(
+        "jobs", "list", "--type", "mail", "--since", "2021-01-01T00:00:00Z", "--json", env=env
+    )
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [r["id"] for r in rows] == [str(b), str(a)]
+    assert "payload" not in rows[0] and rows[0]["status"] == "failed"
+    table = run_cli("jobs", "list", "--org", "acme", "--status", "queued", "--since", "1d", env=env)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["ID", "TYPE", "QUEUE", "ORG", "STATUS", "ATTEMPTS", "CREATED"]
+    assert [line.split()[:5] for line in lines[1:]] == [
+        [str(a), "mail", "default", "acme", "queued"]
+    ]
+    bad = run_cli("jobs", "list", "--since", "yesterday", env=env)
+    assert_one_line_error(bad, "'yesterday' is not a time")
+
+
+def test_run_without_handlers_refuses_unless_allow_empty(
+    db_url: str, spawn: Callable[..., Proc]
+) -> None:
+    env = make_env(db_url, JOBSD_HANDLERS="")
+    assert_one_line_error(run_cli("run", env=env), "no handler registered", "--allow-empty")
+    daemon = spawn("run", "--allow-empty", env=env)
+    daemon.wait_ready()
+    daemon.send(signal.SIGTERM)
+    assert daemon.wait(20) == 0
+
+
+def test_run_after_takes_iso_8601_with_z(db_url: str, conn: psycopg.Connection[Any]) -> None:
+    # offsets, durations and naive times: tests/unit/test_cli_frictions.py
+    env = make_env(db_url)
+    r = run_cli("enqueue", "noop", "--org", "acme", "--run-after", "2030-01-01T00:00:00Z", env=env)
+    assert r.returncode == 0, r.stderr
+    run_after = conn.execute(
+        "SELECT run_after FROM jobsd.jobs WHERE id = %s", (r.stdout.strip(),)
+    ).fetchone()
+    assert run_after == (datetime(2030, 1, 1, tzinfo=UTC),)
+    bad = run_cli("enqueue", "noop", "--org", "acme", "--run-after", "soon", env=env)
+    assert_one_line_error(bad, "--run-after", "'soon' is not a time", "jobsd enqueue --help")
+    assert bad.returncode == 2

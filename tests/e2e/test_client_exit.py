@@ -1,0 +1,155 @@
+"""The documented client patterns exit cleanly (issue 14): ``asyncio.run`` with the
+default client (and a ``Client`` never closed), and the sync default client (and a
+``SyncClient`` never closed), 50 runs each in forked children (``exit_patterns.py``):
+no hang, an exit status of 0, nothing on stderr, and every job committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from jobsd.dev.embedded import EmbeddedPostgres
+
+E2E_DIR = Path(__file__).resolve().parent
+RUNS = 50
+
+# README "Enqueue": the async pattern, plus a Client used without ``async with``
+ASYNC_PATTERN = """
+import asyncio
+
+import jobsd
+
+
+async def main() -> None:
+    await jobsd.enqueue("import_csv", {"file": "a.csv"}, org_id="acme")
+    client = jobsd.Client()
+    await client.enqueue("import_csv", {"file": "b.csv"}, org_id="acme")
+
+
+asyncio.run(main())
+"""
+
+# README "Enqueue": the sync pattern, plus a SyncClient used without ``with``
+SYNC_PATTERN = """
+import jobsd
+
+jobsd.enqueue_sync("import_csv", {"file": "c.csv"}, org_id="acme")
+client = jobsd.SyncClient()
+client.enqueue("import_csv", {"file": "d.csv"}, org_id="acme")
+"""
+
+
+# the same patterns while the database does not answer: the enqueue fails after the
+# client's pool timeout, and the script must then end (it used to hang in asyncio's
+# _cancel_all_tasks, a pool worker still connecting)
+DOWN_ASYNC = """
+import asyncio
+
+import jobsd
+
+
+async def main() -> None:
+    try:
+        await jobsd.enqueue("import_csv", {"file": "a.csv"}, org_id="acme")
+    except jobsd.BackendUnavailable:
+        pass
+
+
+asyncio.run(main())
+"""
+
+DOWN_SYNC = """
+import jobsd
+
+try:
+    jobsd.enqueue_sync("import_csv", {"file": "a.csv"}, org_id="acme")
+except jobsd.BackendUnavailable:
+    pass
+"""
+
+
+def socket_url(cluster: EmbeddedPostgres | None, db_url: str) -> tuple[str, dict[str, str]]:
+    """The database over the cluster's unix socket: no TLS warning on stderr.
+
+    Against an external server (JOBSD_TEST_DATABASE_URL) the TCP URL is used with
+    JOBSD_ALLOW_INSECURE, and its one warning line is left out of the comparison.
+    """
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    if cluster is None:
+        return db_url, {"JOBSD_ALLOW_INSECURE": "1"}
+    sock = cluster.base_dir / "sock"
+    return f"postgresql://postgres@/{dbname}?host={sock}&port={cluster.port}", {}
+
+
+@pytest.mark.timeout(120)
+def test_documented_patterns_exit_cleanly_50_times_each(
+    pg_cluster: EmbeddedPostgres | None, db_url: str, tmp_path: Path
+) -> None:
+    url, extra = socket_url(pg_cluster, db_url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSD_", "PG"))} | {
+        "JOBSD_DATABASE_URL": url,
+        **extra,
+    }
+    reports = run_patterns(
+        {"async": ASYNC_PATTERN, "sync": SYNC_PATTERN}, env, tmp_path, runs=RUNS, parallel=8
+    )
+    for name, report in reports.items():
+        stderr = [e for e in report["stderr"] if not (extra and _only_insecure_warning(e))]
+        assert (report["hangs"], report["failed"], stderr[:3]) == (0, 0, []), name
+    with psycopg.connect(db_url) as conn:
+        count = conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone()
+    assert count == (4 * RUNS,)
+
+
+def test_patterns_end_when_the_database_does_not_answer(tmp_path: Path) -> None:
+    # a listening socket that never accepts: libpq's connection waits for an answer
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSD_", "PG"))} | {
+            "JOBSD_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x",
+            "JOBSD_ALLOW_INSECURE": "1",
+        }
+        reports = run_patterns(
+            {"async": DOWN_ASYNC, "sync": DOWN_SYNC}, env, tmp_path, runs=4, parallel=4
+        )
+    for name, report in reports.items():
+        stderr = [e for e in report["stderr"] if not _only_insecure_warning(e)]
+        assert (report["hangs"], report["failed"], stderr[:3]) == (0, 0, []), name
+
+
+def run_patterns(
+    sources: dict[str, str], env: dict[str, str], tmp_path: Path, *, runs: int, parallel: int
+) -> dict[str, Any]:
+    """Run each pattern ``runs`` times (exit_patterns.py), the patterns at once."""
+    procs: dict[str, subprocess.Popen[str]] = {}
+    for name, source in sources.items():
+        pattern = tmp_path / f"{name}.py"
+        pattern.write_text(source)
+        command = [sys.executable, str(E2E_DIR / "exit_patterns.py"), str(pattern)]
+        procs[name] = subprocess.Popen(
+            [*command, str(runs), str(parallel), "20"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    reports: dict[str, Any] = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=110)
+        assert proc.returncode == 0, err
+        reports[name] = json.loads(out)
+    return reports
+
+
+def _only_insecure_warning(text: str) -> bool:
+    return all("insecure_connection_allowed" in line for line in text.splitlines() if line)

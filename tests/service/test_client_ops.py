@@ -1,0 +1,158 @@
+"""The client does what the CLI and the HTTP API do (issue 14): cancel, wait (woken by
+the end's NOTIFY, within 50 ms), list and retry, on Client and SyncClient."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from support.history import assert_history_complete_async
+from support.jobs import make_job
+
+import jobsd
+from jobsd.errors import JobNotFound, RetryRefused
+from jobsd.registry import Registry
+
+from .conftest import ADb, events_of, make_settings, running_daemon, wait_status
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+async def test_wait_returns_within_50_ms_of_the_end(
+    db_url: str, db: ADb, client: jobsd.Client
+) -> None:
+    lags = []
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for _ in range(5):
+            job_id = make_job(conn, status="running", claim={"attempts": 1})
+            returned: list[tuple[float, jobsd.Job]] = []
+
+            async def waiter(key: uuid.UUID = job_id, out: list[Any] = returned) -> None:
+                job = await client.wait(key, timeout_s=10)
+                out.append((time.monotonic(), job))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                # the waiter is listening once its connection shows in pg_stat_activity
+                await _listening(db)
+                await db.execute(
+                    "UPDATE jobsd.jobs SET status = 'succeeded', finished_at = now() WHERE id = %s",
+                    (job_id,),
+                )
+                ended = time.monotonic()
+            at, job = returned[0]
+            assert job.status == "succeeded"
+            lags.append(at - ended)
+    # the median, so that one scheduling hiccup of a loaded machine does not decide;
+    # a poll would take its interval (hundreds of ms) every time
+    assert statistics.median(lags) < 0.05, lags
+    assert max(lags) < 1.0, lags
+
+
+async def _listening(db: ADb) -> None:
+    with anyio.fail_after(10):
+        while True:
+            cur = await db.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = "
+                "'jobsd-client-wait' AND state = 'idle' AND query LIKE 'SELECT%%'"
+            )
+            row = await cur.fetchone()
+            if row and row["n"]:
+                return
+            await anyio.sleep(0.005)  # a poll with a deadline, on pg_stat_activity
+
+
+async def test_wait_gives_the_job_as_it_is_at_the_timeout(
+    db_url: str, client: jobsd.Client
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job_id = make_job(conn)
+    start = time.monotonic()
+    job = await client.wait(job_id, timeout_s=0.3)
+    assert job.status == "queued" and 0.25 < time.monotonic() - start < 5
+    with pytest.raises(JobNotFound):
+        await client.wait(uuid.uuid4(), timeout_s=5)
+    with pytest.raises(JobNotFound):
+        await client.wait(job_id, timeout_s=5, org_id="globex")
+    with pytest.raises(ValueError, match="timeout"):
+        await client.wait(job_id, timeout_s=-1)
+
+
+async def test_a_failed_job_retried_runs_again_with_both_attempts_in_its_history(
+    db_url: str, db: ADb, client: jobsd.Client
+) -> None:
+    registry = Registry()
+    runs: list[int] = []
+
+    @jobsd.handler("flaky", registry=registry)
+    async def flaky(ctx: jobsd.JobContext) -> None:
+        runs.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("first try fails")
+
+    job = await client.enqueue("flaky", org_id="acme")
+    async with running_daemon(make_settings(db_url), registry):
+        failed = await client.wait(job.id, timeout_s=20)
+        assert failed.status == "failed"
+        with pytest.raises(JobNotFound):
+            await client.retry(job.id, org_id="globex")
+        retried = await client.retry(job.id, actor="alice")
+        assert (retried.status, retried.attempts) == ("queued", 1)
+        done = await client.wait(job.id, timeout_s=20)
+    assert (done.status, done.attempts, runs) == ("succeeded", 2, [1, 2])
+    history = await events_of(db, job.id)
+    assert [(f, t, a) for f, t, a, _ in history] == [
+        (None, "queued", 0),
+        ("queued", "running", 1),
+        ("running", "failed", 1),
+        ("failed", "queued", 1),
+        ("queued", "running", 2),
+        ("running", "succeeded", 2),
+    ]
+    cur = await db.execute(
+        "SELECT worker_id FROM jobsd.job_events WHERE job_id = %s AND reason = 'retry'", (job.id,)
+    )
+    assert await cur.fetchall() == [{"worker_id": "alice"}]
+    await assert_history_complete_async(db)
+
+
+async def test_cancel_and_list_on_the_client(db_url: str, db: ADb, client: jobsd.Client) -> None:
+    queued = await client.enqueue("t", org_id="acme")
+    other = await client.enqueue("u", org_id="globex")
+    with pytest.raises(JobNotFound):
+        await client.cancel(queued.id, org_id="globex")
+    done = await client.cancel(queued.id)
+    assert done.action == "cancelled" and done.job is not None
+    await wait_status(db, queued.id, "cancelled")
+    again = await client.cancel(queued.id)
+    assert again.action == "none"
+    with pytest.raises(JobNotFound):
+        await client.cancel(uuid.uuid4())
+    page = await client.list(org_id="acme")
+    assert [j.id for j in page.jobs] == [queued.id] and page.next is None
+    page = await client.list(limit=1)
+    assert [j.id for j in page.jobs] == [other.id] and page.next is not None
+    page = await client.list(limit=1, after=page.next)
+    assert [j.id for j in page.jobs] == [queued.id]
+    assert [j.id for j in (await client.list(status="cancelled")).jobs] == [queued.id]
+    retried = await client.retry(queued.id)
+    assert retried.status == "queued"
+
+
+def test_the_sync_client_does_the_same(db_url: str) -> None:
+    with jobsd.SyncClient(db_url) as client:
+        job = client.enqueue("t", org_id="acme")
+        assert client.cancel(job.id).action == "cancelled"
+        assert client.wait(job.id, timeout_s=5).status == "cancelled"
+        assert [j.id for j in client.list(type="t").jobs] == [job.id]
+        assert client.retry(job.id, actor="script").status == "queued"
+        with pytest.raises(RetryRefused, match="it is queued"):
+            client.retry(job.id)
+        assert client.wait(job.id, timeout_s=0.1).status == "queued"
+        with pytest.raises(JobNotFound):
+            client.cancel(uuid.uuid4())

@@ -1,0 +1,45 @@
+"""Issue 11's settings and handler options: bad values are refused clearly, up front."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+import jobsd
+from jobsd.registry import Registry
+from jobsd.settings import Settings
+from jobsd.worker.children import describe_exit
+from jobsd.worker.invoke import stall_check_s
+
+
+def test_a_fault_point_needs_allow_faults() -> None:
+    with pytest.raises(ValidationError, match="JOBSD_ALLOW_FAULTS=1"):
+        Settings(fault="after_publish")
+    assert Settings(fault="after_outcome_sent", allow_faults=True).fault == "after_outcome_sent"
+    with pytest.raises(ValidationError):
+        Settings(fault="somewhere_else", allow_faults=True)
+
+
+def test_isolation_stall_and_caps_settings() -> None:
+    default = Settings()
+    assert (default.isolation, default.stall_after) == ("none", None)
+    assert default.max_report_bytes == default.max_progress_bytes == 1_048_576
+    assert Settings(stall_after="1.5m").stall_after == 90.0
+    assert Settings(stall_after="").stall_after is None
+    for bad in ({"isolation": "thread"}, {"stall_after": 0}, {"max_report_bytes": 0}):
+        with pytest.raises(ValidationError):
+            Settings(**bad)
+
+
+def test_handler_options_are_checked_at_registration() -> None:
+    with pytest.raises(jobsd.ConfigError, match="isolation of 'x' must be"):
+        jobsd.handler("x", isolation="thread", registry=Registry())  # type: ignore[arg-type]
+    with pytest.raises(jobsd.ConfigError, match="stall_after of 'x' must be positive"):
+        jobsd.handler("x", stall_after=0, registry=Registry())
+
+
+def test_how_a_child_ended_and_how_often_stalls_are_checked() -> None:
+    assert describe_exit(-11) == "killed by signal SIGSEGV (11)"
+    assert describe_exit(-9) == "killed by signal SIGKILL (9)"
+    assert describe_exit(3) == "exited with code 3"
+    assert (stall_check_s(0.4), stall_check_s(60)) == (0.1, 1.0)
