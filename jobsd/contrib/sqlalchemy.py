@@ -102,6 +102,8 @@ jobs = Table(
     Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("concurrency_key", Text),
     Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
+    # the W3C trace context of the enqueue (migration 0014; null without OpenTelemetry)
+    Column("trace_context", JSONB),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint(
         "concurrency_key <> '' AND octet_length(concurrency_key) <= 255",
@@ -109,6 +111,13 @@ jobs = Table(
     ),
     CheckConstraint("attempts >= 0", name="jobs_attempts_check"),
     CheckConstraint("octet_length(error) <= 2048", name="jobs_error_check"),
+    # the size caps of migration 0011 (the same limits as the settings)
+    CheckConstraint("octet_length(payload::text) <= 1048576", name="jobs_payload_size"),
+    CheckConstraint("octet_length(report::text) <= 1048576", name="jobs_report_size"),
+    CheckConstraint("octet_length(progress::text) <= 1048576", name="jobs_progress_size"),
+    CheckConstraint("char_length(type) <= 200", name="jobs_type_size"),
+    CheckConstraint("char_length(dedup_key) <= 512", name="jobs_dedup_key_size"),
+    CheckConstraint("octet_length(org_id) <= 255", name="jobs_org_id_size"),
     UniqueConstraint("org_id", "dedup_key", name="jobs_org_dedup_key_key"),
 )
 
@@ -147,6 +156,9 @@ Index("jobs_scheduled_idx", jobs.c.run_after, postgresql_where=jobs.c.status == 
 Index("jobs_org_created_idx", jobs.c.org_id, jobs.c.created_at, jobs.c.id)
 # 0015_handlers: failed jobs by end time, for the on_fail claim
 Index("jobs_failed_idx", jobs.c.finished_at, postgresql_where=jobs.c.status == "failed")
+# the dashboard's newest-first list and its hour of throughput (migration 0017)
+Index("jobs_created_idx", jobs.c.created_at, jobs.c.id)
+Index("jobs_finished_idx", jobs.c.finished_at, postgresql_where=jobs.c.finished_at.isnot(None))
 
 job_events = Table(
     "job_events",
