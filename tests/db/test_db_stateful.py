@@ -196,6 +196,7 @@ class JobsMachine(RuleBasedStateMachine):
                     "deliveries": list(TYPES.values()),
                     "default_max_attempts": 1,
                     "dead_workers": sorted(self.dead),
+                    "only": None,
                 },
             )
         rescued = {r["id"] for r in rows}
