@@ -175,9 +175,7 @@ class Holdings:
     async def wait_claimable(self) -> None:
         """Wait until the claimer may claim: a free slot, or room among those claimed
         ahead for at least half a batch (so rounds stay batches)."""
-        while self.claimable <= 0 or (
-            self.free <= 0 and self.claimable < max(1, self.ahead // 2)
-        ):
+        while self.claimable <= 0 or (self.free <= 0 and self.claimable < max(1, self.ahead // 2)):
             await self._wait_change()
 
     async def wait_idle(self) -> None:

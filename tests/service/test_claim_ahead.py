@@ -11,7 +11,15 @@ from support.history import assert_history_complete_async
 import jobsd
 from jobsd.registry import Registry
 
-from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_status
+from .conftest import (
+    ADb,
+    events_of,
+    fetch_job,
+    make_settings,
+    running_daemon,
+    wait_status,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -34,7 +42,13 @@ async def test_a_job_claimed_ahead_starts_when_a_slot_frees(
         second = await client.enqueue("t", {"n": 2}, org_id="acme")
         # claimed ahead: running in the database, held, its handler not started
         await wait_status(db, second.id, "running")
-        assert d.holdings.waiting == 1 and started == [1]
+
+        async def held_ahead() -> bool:
+            # the claim commits before the claimer hands the job to the runner
+            return d.holdings.waiting == 1
+
+        await wait_until(held_ahead, what="the second job held, claimed ahead")
+        assert started == [1]
         third = await client.enqueue("t", {"n": 3}, org_id="acme")
         await d.claimer.run_once("notify")  # a claim round now takes nothing more
         assert (await fetch_job(db, third.id))["status"] == "queued", "1 slot + 1 ahead"
