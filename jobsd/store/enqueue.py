@@ -352,6 +352,7 @@ def new_job(spec: JobSpec, row: Row | Sequence[Any]) -> Job:
         finished_at=None,
         priority=spec.priority,
         concurrency_key=spec.concurrency_key,
+        trace_context=json.loads(spec.trace_context) if spec.trace_context else None,
     )
 
 
