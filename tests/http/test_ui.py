@@ -24,9 +24,10 @@ pytestmark = pytest.mark.anyio
 CLAIM = {"attempts": sql.SQL("attempts + 1"), "worker_id": "w1"}
 
 
-def admin_token(db_url: str, org_id: str = "ops") -> str:
+def admin_token(db_url: str) -> str:
+    """An operator's token: it belongs to no org (issue 13)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, _ = create_token(conn, org_id, "ui", admin=True)
+        token, _ = create_token(conn, None, "ui", admin=True)
     return token
 
 
