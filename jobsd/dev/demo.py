@@ -62,12 +62,12 @@ def dashboard_url(addr: str) -> str:
 
 
 def dashboard_token(url: str) -> str:
-    """Create an admin token of org ``demo`` to log in to the dashboard; return it."""
+    """Create an admin token (of no org: an operator's) to log in to the dashboard; return it."""
     from jobsd.http.tokens import create_token
     from jobsd.store.connect import connect
 
     with connect(url, application_name="jobsd-dev", operation="dashboard token") as conn:
-        token, _ = create_token(conn, DEMO_ORG, "jobsd dev dashboard", admin=True)
+        token, _ = create_token(conn, None, "jobsd dev dashboard", admin=True)
     return token
 
 

@@ -461,7 +461,7 @@ def test_the_dev_token_is_an_admin_token_revoked_at_the_end(db_url: str) -> None
         row = conn.execute(
             "SELECT org_id, admin, revoked_at IS NULL FROM jobsd.api_tokens"
         ).fetchone()
-        assert row == ("demo", True, True)
+        assert row == (None, True, True)
         revoke_dashboard_token(db_url, made)
         assert conn.execute("SELECT revoked_at IS NOT NULL FROM jobsd.api_tokens").fetchone() == (
             True,
@@ -477,7 +477,9 @@ async def test_the_dashboard_under_the_enqueue_role(db_url: str, token_a: str, r
         mine = make_job(conn, org_id="acme", type="resize")
         theirs = make_job(conn, org_id="globex", type="resize")
         make_job(conn, org_id="acme", status="failed", claim=CLAIM, finished_at=sql.SQL("now()"))
-    enqueue_url = make_conninfo(db_url, user=roles.enqueue)
+    # the API's own least-privilege role since issue 13 (the enqueue role administers
+    # nothing: no queue_info)
+    enqueue_url = make_conninfo(db_url, user=roles.api)
     async with running_api(settings_for(enqueue_url)) as api:
         csrf = await login(api.client, token_a)
         overview = await api.client.get("/ui")
