@@ -67,7 +67,7 @@ def dashboard_token(url: str) -> str:
     from jobsd.store.connect import connect
 
     with connect(url, application_name="jobsd-dev", operation="dashboard token") as conn:
-        token, _ = create_token(conn, DEMO_ORG, "jobsd dev dashboard", admin=True)
+        token, _ = create_token(conn, None, "jobsd dev dashboard", admin=True)
     return token
 
 

@@ -93,7 +93,7 @@ def test_deeply_nested_payload_is_invalid_not_a_crash(client: SyncClient) -> Non
     for _ in range(5000):
         inner["a"] = {}
         inner = inner["a"]
-    with pytest.raises(InvalidPayload, match="nested too deeply"):
+    with pytest.raises(InvalidPayload, match="nested more than 64 levels deep"):
         client.enqueue("t", payload, org_id="o")
 
 

@@ -218,6 +218,7 @@ async def test_bulk_insert_writes_one_event_per_job(aconn: Conn, conn: Any) -> N
         "run_afters": [None] * 25,
         "priorities": [0] * 25,
         "concurrency_keys": [None] * 25,
+        "trace_contexts": [None] * 25,
     }
     rows = await queries.run_named(aconn, "jobs_insert_many", params)
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 
 def admin_token(db_url: str) -> str:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, _ = create_token(conn, "ops", "ops", admin=True)
+        token, _ = create_token(conn, None, "ops", admin=True)
     return token
 
 

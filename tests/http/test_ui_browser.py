@@ -64,7 +64,7 @@ def make_registry() -> Registry:
 
 def token(db_url: str, org_id: str, *, admin: bool = False) -> str:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        made, _ = create_token(conn, org_id, "browser", admin=admin)
+        made, _ = create_token(conn, None if admin else org_id, "browser", admin=admin)
     return made
 
 
