@@ -79,7 +79,7 @@ def say(message: str) -> None:
 
 async def measure(url: str, repeat: int) -> list[tuple[str, str, list[float], int]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        admin, _ = create_token(conn, "ops", "bench", admin=True)
+        admin, _ = create_token(conn, None, "bench", admin=True)
         org, _ = create_token(conn, "org3", "bench")
         row = conn.execute(
             "SELECT id FROM jobsd.jobs WHERE status = 'failed' ORDER BY created_at DESC LIMIT 1"

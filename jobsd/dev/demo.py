@@ -62,7 +62,7 @@ def dashboard_url(addr: str) -> str:
 
 
 def dashboard_token(url: str) -> str:
-    """Create an admin token (of no org: an operator's) to log in to the dashboard; return it."""
+    """Create an admin token of org ``demo`` to log in to the dashboard; return it."""
     from jobsd.http.tokens import create_token
     from jobsd.store.connect import connect
 

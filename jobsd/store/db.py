@@ -137,10 +137,15 @@ _SIZE_CHECKS = {
 
 # SQLSTATEs that mean "the database is away": the connection is lost or refused, the
 # server is shutting down or starting, a system error (I/O) that a restart cures.
-# Retrying them (the daemon does, forever) is right. Every other error is about the
-# statement itself (resource and program limits of classes 53/54/55, a statement
-# timeout 57014, data errors of class 22, ...): retrying the same statement fails the
-# same way, so it is poison, raised as DatabaseError for its caller to isolate.
+# Retrying them (the daemon does, forever) is right. A statement timeout (57014) is
+# retried too: the daemon's connections carry JOBSD_STATEMENT_TIMEOUT as a deadline
+# against a silent link or a lock held elsewhere, and failing a job because another
+# transaction held its row for a few seconds would be wrong (a statement that can
+# never finish in time shows as outcomes waiting past JOBSD_OUTCOME_STALL_AFTER: the
+# watchdog and /readyz go unhealthy). Every other error is about the statement
+# itself (resource and program limits of classes 53/54/55, data errors of class 22,
+# ...): retrying the same statement fails the same way, so it is poison, raised as
+# DatabaseError for its caller to isolate.
 _UNAVAILABLE_CLASSES = ("08", "58")
 _UNAVAILABLE_STATES = frozenset(
     {
@@ -150,6 +155,7 @@ _UNAVAILABLE_STATES = frozenset(
         "57P03",  # cannot_connect_now (starting up, recovering)
         "57P04",  # database_dropped
         "57P05",  # idle_session_timeout: the session is gone
+        "57014",  # query_canceled: the statement's deadline (see above) or a cancel
     }
 )
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg import sql
 
-from jobsd.errors import BackendUnavailable, DatabaseError, JobNotFound, RetryRefused
+from jobsd.errors import DatabaseError, JobNotFound, RetryRefused
 from jobsd.models import Job, JobStatus
 from jobsd.store.api import Cursor, done_notify_key, done_payload, run_for_org
 from jobsd.store.connect import connect, connect_async
@@ -246,6 +246,26 @@ def _visible(job_id: uuid.UUID, rows: list[Row], org_id: str | None) -> Job:
     return job
 
 
+async def _expected_payload(conn: AsyncConn, job_id: uuid.UUID) -> str | None:
+    """Return the done-notification payload of ``job_id`` (``md5(key || id)``, migration
+    0012), or None for a role that may not read the key: then every notification wakes
+    a re-read of the job."""
+    try:
+        return done_payload(await done_notify_key(conn), job_id)
+    except DatabaseError:
+        return None
+
+
+def _expected_payload_sync(conn: SyncConn, job_id: uuid.UUID) -> str | None:
+    """Return the done-notification payload of ``job_id``; see ``_expected_payload``."""
+    try:
+        with db_errors("read of the done-notification key"):
+            rows = run_named_sync(conn, "api_done_notify_key", {})
+    except DatabaseError:
+        return None
+    return done_payload(str(rows[0]["key"]), job_id)
+
+
 async def wait_job(
     url: str, job_id: uuid.UUID, *, timeout_s: float | None = None, org_id: str | None = None
 ) -> Job:
@@ -263,42 +283,17 @@ async def wait_job(
     ) as conn:
         with db_errors(operation):
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL)))
-        wanted = await _done_payload_async(conn, job_id)
-        with db_errors(operation):
+            expected = await _expected_payload(conn, job_id)
             job = _visible(job_id, await run_for_org(conn, org_id, "jobs_get", params), org_id)
             while not job.status.terminal:
                 left = _left(deadline)
                 if left == 0.0:
                     break
                 async for note in conn.notifies(timeout=left):
-                    if wanted is None or note.payload == wanted:
+                    if expected is None or note.payload == expected:
                         break
                 job = _visible(job_id, await run_for_org(conn, org_id, "jobs_get", params), org_id)
     return job
-
-
-async def _done_payload_async(conn: AsyncConn, job_id: uuid.UUID) -> str | None:
-    """Return the ``jobsd_done`` payload of ``job_id`` (``md5(key || id)``, migration
-    0012), or None for a role that may not read the key: every notification then
-    wakes a re-read."""
-    try:
-        return done_payload(await done_notify_key(conn), job_id)
-    except DatabaseError as exc:
-        if isinstance(exc, BackendUnavailable):
-            raise
-        return None
-
-
-def _done_payload_sync(conn: SyncConn, job_id: uuid.UUID) -> str | None:
-    """Return the ``jobsd_done`` payload of ``job_id``; see ``_done_payload_async``."""
-    try:
-        with db_errors("read of the done-notification key"):
-            rows = run_named_sync(conn, "api_done_notify_key", {})
-        return done_payload(str(rows[0]["key"]), job_id)
-    except DatabaseError as exc:
-        if isinstance(exc, BackendUnavailable):
-            raise
-        return None
 
 
 def wait_job_sync(
@@ -313,14 +308,14 @@ def wait_job_sync(
         db_errors(operation),
     ):
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL)))
-        wanted = _done_payload_sync(conn, job_id)
+        expected = _expected_payload_sync(conn, job_id)
         job = _visible(job_id, _run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
         while not job.status.terminal:
             left = _left(deadline)
             if left == 0.0:
                 break
             for note in conn.notifies(timeout=left):
-                if wanted is None or note.payload == wanted:
+                if expected is None or note.payload == expected:
                     break
             job = _visible(job_id, _run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
     return job

@@ -24,8 +24,7 @@ pytestmark = pytest.mark.anyio
 CLAIM = {"attempts": sql.SQL("attempts + 1"), "worker_id": "w1"}
 
 
-def admin_token(db_url: str) -> str:
-    """An operator's token: it belongs to no org (issue 13)."""
+def admin_token(db_url: str, org_id: str = "ops") -> str:
     with psycopg.connect(db_url, autocommit=True) as conn:
         token, _ = create_token(conn, None, "ui", admin=True)
     return token
@@ -461,7 +460,7 @@ def test_the_dev_token_is_an_admin_token_revoked_at_the_end(db_url: str) -> None
         row = conn.execute(
             "SELECT org_id, admin, revoked_at IS NULL FROM jobsd.api_tokens"
         ).fetchone()
-        assert row == (None, True, True)
+        assert row == (None, True, True)  # an operator's token: no org
         revoke_dashboard_token(db_url, made)
         assert conn.execute("SELECT revoked_at IS NOT NULL FROM jobsd.api_tokens").fetchone() == (
             True,
@@ -470,17 +469,15 @@ def test_the_dev_token_is_an_admin_token_revoked_at_the_end(db_url: str) -> None
     revoke_dashboard_token("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", made)
 
 
-async def test_the_dashboard_under_the_enqueue_role(db_url: str, token_a: str, roles: Any) -> None:
+async def test_the_dashboard_under_the_api_role(db_url: str, token_a: str, roles: Any) -> None:
     from psycopg.conninfo import make_conninfo
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         mine = make_job(conn, org_id="acme", type="resize")
         theirs = make_job(conn, org_id="globex", type="resize")
         make_job(conn, org_id="acme", status="failed", claim=CLAIM, finished_at=sql.SQL("now()"))
-    # the API's own least-privilege role since issue 13 (the enqueue role administers
-    # nothing: no queue_info)
-    enqueue_url = make_conninfo(db_url, user=roles.api)
-    async with running_api(settings_for(enqueue_url)) as api:
+    api_url = make_conninfo(db_url, user=roles.api)
+    async with running_api(settings_for(api_url)) as api:
         csrf = await login(api.client, token_a)
         overview = await api.client.get("/ui")
         assert overview.status_code == 200

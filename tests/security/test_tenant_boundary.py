@@ -477,8 +477,7 @@ async def test_ten_thousand_unknown_types_leave_metrics_small(
     async def known(ctx: jobsd.JobContext) -> None:
         return None
 
-    # claimed (and failed) although no handler takes them: JOBSD_UNKNOWN_TYPES=fail
-    # (issue 14; by default a daemon claims only its handlers' types)
+    # unknown types are claimed and failed (issue 14's opt-in): they reach the metrics
     settings = Settings(database_url=db_url, **{**FAST, "slots": 100, "unknown_types": "fail"})
     async with running_daemon(settings, registry) as daemon:
         gc.collect()

@@ -69,7 +69,8 @@ class Viewer:
     @property
     def actor(self) -> str:
         """Return the name written in job histories for this viewer's actions."""
-        return f"ui:{self.grant.org_id}:{str(self.grant.id)[:8]}"
+        who = self.grant.org_id if self.grant.org_id is not None else "operator"
+        return f"ui:{who}:{str(self.grant.id)[:8]}"
 
 
 def _ago(value: datetime | None) -> str:
