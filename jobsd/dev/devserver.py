@@ -67,6 +67,9 @@ def run_dev(*, slots: int | None = None, examples: bool = True) -> None:
         cluster.start()
         url = cluster.url()
         trust_local_cluster(url)  # local (127.0.0.1) and throwaway: no TLS asked for
+        # its only role is the superuser that initdb made: the API inside this daemon
+        # may serve as it (a warning says so), which a real deployment refuses
+        os.environ["JOBSD_ALLOW_INSECURE"] = "1"
     try:
         setup_logging(settings.log_level, settings.log_format)
         check_url(url)
@@ -119,6 +122,6 @@ Stop with Ctrl-C.
 
 def _dashboard(url: str, token: str) -> str:
     return f"""Dashboard: {url}
-    log in with this admin token (org demo; revoked when this stops):
+    log in with this admin token (an operator's: every org; revoked when this stops):
     {token}
 """

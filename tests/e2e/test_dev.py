@@ -23,6 +23,7 @@ def test_dev_runs_on_a_throwaway_postgres_and_removes_it_on_ctrl_c(
     # no JOBSD_DATABASE_URL: dev starts its own cluster, under TMPDIR
     env = make_env(None, TMPDIR=str(shared_tmp))
     env.pop("JOBSD_HANDLERS")  # dev loads the example handlers by default
+    env.pop("JOBSD_ALLOW_INSECURE", None)  # as a new user runs it: nothing but the command
     # no example feeder here: the history check below needs jobs that stand still
     dev = spawn("dev", "--no-examples", env=env)
     url = dev.wait_for(r"^\s+(postgresql://\S+)$", timeout_s=90).group(1)
