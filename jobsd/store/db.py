@@ -142,13 +142,17 @@ _SIZE_CHECKS = {
 # against a silent link or a lock held elsewhere, and failing a job because another
 # transaction held its row for a few seconds would be wrong (a statement that can
 # never finish in time shows as outcomes waiting past JOBSD_OUTCOME_STALL_AFTER: the
-# watchdog and /readyz go unhealthy). Every other error is about the statement
-# itself (resource and program limits of classes 53/54/55, data errors of class 22,
-# ...): retrying the same statement fails the same way, so it is poison, raised as
-# DatabaseError for its caller to isolate.
+# watchdog and /readyz go unhealthy). A full disk (53100) is the server's, not the
+# statement's: any write fails until space is freed, then the same one succeeds, so
+# failing the job whose outcome happened to be in flight would be wrong (fault
+# scenario T10). Every other error is about the statement itself (resource and
+# program limits of classes 53/54/55, data errors of class 22, ...): retrying the
+# same statement fails the same way, so it is poison, raised as DatabaseError for its
+# caller to isolate.
 _UNAVAILABLE_CLASSES = ("08", "58")
 _UNAVAILABLE_STATES = frozenset(
     {
+        "53100",  # disk_full: every write fails until space is freed, whatever it holds
         "53300",  # too_many_connections: refused at connect, the statement never ran
         "57P01",  # admin_shutdown
         "57P02",  # crash_shutdown

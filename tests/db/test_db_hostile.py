@@ -101,6 +101,15 @@ def test_limits_and_data_errors_are_poison_not_an_outage(
     assert not is_unavailable(cause)
 
 
+def test_a_full_disk_is_an_outage_not_poison(conn: psycopg.Connection[Any]) -> None:
+    # Postgres raises disk_full (53100) for every write while pg_wal or the data
+    # directory has no room: the outcome is not at fault, and once space is freed
+    # the same statement succeeds. Treating it as poison failed succeeded jobs
+    # "result rejected" (fault scenario T10).
+    with pytest.raises(BackendUnavailable), db_errors("probe"):
+        conn.execute("DO $$ BEGIN RAISE EXCEPTION 'no space' USING ERRCODE = 'disk_full'; END $$")
+
+
 def test_a_terminated_connection_is_an_outage(
     admin_url: str, conn: psycopg.Connection[Any]
 ) -> None:

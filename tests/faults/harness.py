@@ -544,6 +544,15 @@ class Scenario:
         self.expect("illegal", audit.illegal, "==", 0)
         self.expect("phantom_runs", audit.phantom_runs, "==", 0)
 
+    def expect_no_tracebacks(self, proc: Proc, name: str = "tracebacks") -> None:
+        """Expect no traceback in ``proc``'s output; a failure shows the first one."""
+        text = proc.text()
+        self.expect(name, text.count("Traceback"), "==", 0)
+        start = text.find("Traceback")
+        if start >= 0:
+            begin = text.rfind("\n", 0, max(0, start - 400)) + 1
+            self.figures.setdefault("problems", []).append(text[begin : start + 4000])
+
     def verdict(self) -> None:
         """Fail the test with every unmet criterion (figures are already recorded)."""
         failed = [c.text() for c in self.checks if not c.ok]

@@ -172,7 +172,7 @@ def _partition(
         "<=",
         5.0,
     )
-    scenario.expect("tracebacks", a.text().count("Traceback"), "==", 0)
+    scenario.expect_no_tracebacks(a)
     scenario.verdict()
 
 

@@ -95,7 +95,7 @@ def _drain(scenario: Scenario, *, grace_s: float, twice: bool, tag: str = "") ->
     # a second signal skips the rest of the grace period
     scenario.expect(f"{tag}drain_s", round(drain_s, 2), "<=", 2.0 if twice else grace_s + 1)
     scenario.expect(f"{tag}running_without_owner", running_left, "==", 0)
-    scenario.expect(f"{tag}tracebacks", daemon.text().count("Traceback"), "==", 0)
+    scenario.expect_no_tracebacks(daemon, f"{tag}tracebacks")
 
 
 @pytest.mark.scenario("T2a", "SIGTERM with jobs shorter than the grace period")
