@@ -50,18 +50,31 @@ COMMANDS = [
     ["roles", "create"],
     ["run"],
     ["api", "--addr", "127.0.0.1:0"],
+    ["jobs", "list"],
+    ["retry", str(QUEUED_JOB)],
+    ["queue", "set", "default", "--capacity", "5"],
+    ["queue", "pause", "default"],
+    ["queue", "resume", "default"],
+    ["schedule", "list"],
+    ["schedule", "pause", "nightly"],
+    ["schedule", "resume", "nightly"],
+    ["top", "--once"],
+    ["demo", "crash"],
 ]
 
 
 def _state(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
-    """Return what a command could change: jobs and their states, tokens, the switch."""
+    """Return what a command could change: jobs and their states, tokens, the switch,
+    the queues' limits and pauses, the schedules."""
     jobs = conn.execute("SELECT id, status FROM jobsd.jobs ORDER BY id").fetchall()
     events = conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone()
     tokens = conn.execute("SELECT id, revoked_at FROM jobsd.api_tokens ORDER BY id").fetchall()
     notify = conn.execute(
         "SELECT tgenabled FROM pg_trigger WHERE tgname = 'jobs_notify_insert'"
     ).fetchone()
-    return (jobs, events, tokens, notify)
+    queues = conn.execute("SELECT to_jsonb(q) FROM jobsd.queues q ORDER BY name").fetchall()
+    schedules = conn.execute("SELECT to_jsonb(s) FROM jobsd.schedules s ORDER BY id").fetchall()
+    return (jobs, events, tokens, notify, queues, schedules)
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda args: " ".join(args[:2]))
@@ -69,6 +82,10 @@ def test_every_command_that_connects_refuses_plaintext_tcp(
     db_url: str, conn: psycopg.Connection[Any], args: list[str]
 ) -> None:
     make_job(conn, id=QUEUED_JOB, org_id="acme", type="noop")
+    conn.execute(
+        "INSERT INTO jobsd.schedules (id, type, org_id, queue, every_ms)"
+        " VALUES ('nightly', 'noop', 'acme', 'default', 86400000)"
+    )
     before = _state(conn)
     env = {"JOBSD_DATABASE_URL": db_url, "JOBSD_ALLOW_INSECURE": "0"}
     result = CliRunner().invoke(jobsd_main, args, env=env)
