@@ -15,6 +15,32 @@ from .conftest import make_env, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
+# what the user reads for each job, after its daemon died at either point
+HISTORY = {
+    "demo_publish": [  # at_least_once: rescued, run again
+        "- -> queued (attempt 0)",
+        "queued -> running (attempt 1)",
+        "running -> queued (attempt 1, owner died)",
+        "queued -> running (attempt 2)",
+        "running -> succeeded (attempt 2)",
+    ],
+    "demo_publish_once": [  # at_most_once: never run again, the recover hook decides
+        "- -> queued (attempt 0)",
+        "queued -> running (attempt 1)",
+        "running -> recovery_required (attempt 1, worker lost)",
+        "recovery_required -> succeeded (attempt 1, recovered_after_publish)",
+    ],
+}
+
+
+def _shown(stdout: str) -> dict[str, list[str]]:
+    """Split the demo's output into one block of lines per job, keyed by job id."""
+    blocks: dict[str, list[str]] = {}
+    for block in stdout.split("\n== ")[1:]:
+        head, *lines = block.strip().splitlines()
+        blocks[head.rsplit("job ", 1)[1]] = ["== " + head, *lines]
+    return blocks
+
 
 def test_jobsd_demo_crash_recovers_every_job_with_its_side_effect_once(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
@@ -49,6 +75,30 @@ def test_jobsd_demo_crash_recovers_every_job_with_its_side_effect_once(
             assert (attempts, runs, reason) == (1, 1, "recovered_after_publish")
             assert report["found_by"] == "recover"
     assert len(list((workspace / "published").iterdir())) == 4
+
+    shown = _shown(result.stdout.split("\n4 of 4 jobs")[0])
+    assert sorted(shown) == sorted(str(r[0]) for r in rows), result.stdout
+    for job_id, kind, _, reason, _, report, point in rows:
+        history = HISTORY[kind]
+        events = conn.execute(
+            "SELECT coalesce(from_status, '-'), to_status, attempt, reason"
+            " FROM jobsd.job_events WHERE job_id = %s ORDER BY id",
+            (job_id,),
+        ).fetchall()
+        assert [
+            f"{a} -> {b} (attempt {n}" + (f", {why}" if why else "") + ")"
+            for a, b, n, why in events
+        ] == history, "the demo shows the recorded history"
+        assert shown[str(job_id)] == [
+            f"== {kind} dies at {point}: job {job_id}",
+            f"   daemon 1 (JOBSD_FAULT={point}) exited with code 70",
+            "   daemon 2 recovered it: succeeded" + (f" ({reason})" if reason else ""),
+            f"   report: {json.dumps(report)}",
+            "   history:",
+            *(f"     {line}" for line in history),
+            "   published: 1 artifact, publish called "
+            f"{1 if kind == 'demo_publish_once' else 2} time(s)",
+        ], result.stdout
     assert_history_complete(conn)
 
 
