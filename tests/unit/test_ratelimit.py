@@ -29,7 +29,7 @@ def test_bad_rates_are_refused(text: str) -> None:
         HttpSettings(submit_rate=text)
 
 
-def test_the_setting_is_off_by_default_and_can_be_switched_off() -> None:
+def test_the_submit_rate_is_on_by_default_and_can_be_switched_off() -> None:
     assert HttpSettings().submit_rate_limit() == Rate(1000, 1.0, "1000/s")  # on by default
     assert HttpSettings(submit_rate="off").submit_rate_limit() is None
     assert HttpSettings(submit_rate="600/m").submit_rate_limit() == Rate(600, 60.0, "600/m")
