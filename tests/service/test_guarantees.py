@@ -68,6 +68,54 @@ async def test_on_fail_runs_once_for_a_cascade_and_a_resolve_failed(
     assert calls == 3
 
 
+async def test_on_fail_runs_once_for_a_job_failed_by_its_timeout(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    """A timeout retried by the policy is no failure; the last one is: one call, once."""
+    hooked: list[tuple[uuid.UUID, str, str | None, int]] = []
+    runs = [0]
+
+    def on_fail(job: Job) -> None:
+        hooked.append((job.id, job.status, job.reason, job.attempts))
+
+    @jobsd.handler(
+        "hangs",
+        timeout=0.2,
+        retry=jobsd.RetryPolicy(2, backoff=0.01, retry_on=(TimeoutError,)),
+        on_fail=on_fail,
+        registry=registry,
+    )
+    async def hangs(ctx: jobsd.JobContext) -> None:
+        runs[0] += 1
+        await anyio.sleep(60)  # cancelled by its timeout
+
+    async with running_daemon(make_settings(db_url), registry) as daemon:
+        job = await client.enqueue("hangs", {}, org_id="acme")
+        row = await wait_status(db, job.id, "failed")
+
+        async def called() -> bool:
+            return bool(hooked)
+
+        await wait_until(called, what="on_fail after the timeout")
+        # another pass, as every daemon's next one: nothing left to call for this failure
+        assert await daemon.hooks.run_once() == 0
+        calls = daemon.hooks.calls
+
+    assert (row["reason"], row["attempts"], runs[0]) == ("timeout", 2, 2)
+    assert hooked == [(job.id, "failed", "timeout", 2)], "once, after the last attempt"
+    assert calls == 1
+    claimed = await db.execute("SELECT job_id FROM jobsd.fail_hooks")
+    assert [r["job_id"] for r in await claimed.fetchall()] == [job.id]
+    assert [e[1] for e in await events_of(db, job.id)] == [
+        "queued",
+        "running",
+        "scheduled",
+        "queued",
+        "running",
+        "failed",
+    ]
+
+
 async def test_every_ambiguous_end_of_an_at_most_once_job_asks_recover(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
