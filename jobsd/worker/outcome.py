@@ -6,11 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jobsd.jsonsafe import encode_object
+from jobsd.jsonsafe import ERROR_MAX_BYTES, cap_error, encode_object
 
+# ERROR_MAX_BYTES and cap_error live in jsonsafe (the one 2 KiB cap); re-exported here
 __all__ = ["ERROR_MAX_BYTES", "Outcome", "cap_error", "failure"]
-
-ERROR_MAX_BYTES = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,15 +23,6 @@ class Outcome:
     run_after: datetime | None = None
     delay_s: float | None = None
     """for a ``scheduled`` outcome: run again this long after the write (database clock)"""
-
-
-def cap_error(text: str) -> str:
-    """Cut an error message to at most 2 KiB of UTF-8, on a character boundary."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= ERROR_MAX_BYTES:
-        return text
-    marker = " [truncated]"
-    return data[: ERROR_MAX_BYTES - len(marker)].decode("utf-8", "ignore") + marker
 
 
 def failure(error: str, *, reason: str, detail: dict[str, Any] | None = None) -> Outcome:
