@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
@@ -61,32 +61,23 @@ class ClaimPass:
     more: bool
 
 
+@dataclass(eq=False, repr=False)
 class Claimer:
     """Fill free slots with claimed jobs; ``start_job`` runs each one."""
 
-    def __init__(
-        self,
-        pool: AsyncPool,
-        cfg: ClaimerSettings,
-        clock: Clock,
-        registry: Registry,
-        holdings: Holdings,
-        waker: Waker,
-        stats: DaemonStats,
-        start_job: Callable[[Job], None],
-    ) -> None:
-        self.pool = pool
-        self.cfg = cfg
-        self.clock = clock
-        self.registry = registry
-        self.holdings = holdings
-        self.waker = waker
-        self.stats = stats
-        self.start_job = start_job
-        self._next_due: float | None = None  # clock.monotonic() of the next scheduled job
-        self._last_promote = -float("inf")
-        self._cause = "start"
-        self._more = True
+    pool: AsyncPool
+    cfg: ClaimerSettings
+    clock: Clock
+    registry: Registry
+    holdings: Holdings
+    waker: Waker
+    stats: DaemonStats
+    start_job: Callable[[Job], None]
+    _next_due: float | None = field(default=None, init=False)
+    """clock.monotonic() of the next scheduled job"""
+    _last_promote: float = field(default=-float("inf"), init=False)
+    _cause: str = field(default="start", init=False)
+    _more: bool = field(default=True, init=False)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Claim until cancelled; the first pass runs at once."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -57,36 +57,29 @@ class _Result:
     """the run's last progress, taken once: a retried write must carry it again"""
 
 
+@dataclass(eq=False, repr=False)
 class Completer:
     """Batch outcome writes and report failed jobs to ``on_failed``.
 
     A written retry (``scheduled``) or a freed concurrency key wakes the claimer.
     """
 
-    def __init__(
-        self,
-        pool: AsyncPool,
-        cfg: CompleterSettings,
-        clock: Clock,
-        holdings: Holdings,
-        stats: DaemonStats,
-        waker: Waker,
-        on_failed: Callable[[Job], None],
-        on_recovery: Callable[[Job], None] | None = None,
-    ) -> None:
-        self.on_recovery = on_recovery
-        self.pool = pool
-        self.cfg = cfg
-        self.clock = clock
-        self.holdings = holdings
-        self.stats = stats
-        self.waker = waker
-        self.on_failed = on_failed
-        self._inbox: Mailbox[_Result] = Mailbox()
-        # one flush at a time: at shutdown drain() runs while run() may be mid-write, and
-        # two writers of the same batch would report written results as discarded
-        self._flushing = anyio.Lock()
-        self._settled_at = clock.monotonic()
+    pool: AsyncPool
+    cfg: CompleterSettings
+    clock: Clock
+    holdings: Holdings
+    stats: DaemonStats
+    waker: Waker
+    on_failed: Callable[[Job], None]
+    on_recovery: Callable[[Job], None] | None = None
+    _inbox: Mailbox[_Result] = field(default_factory=Mailbox, init=False)
+    # one flush at a time: at shutdown drain() runs while run() may be mid-write, and
+    # two writers of the same batch would report written results as discarded
+    _flushing: anyio.Lock = field(default_factory=anyio.Lock, init=False)
+    _settled_at: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._settled_at = self.clock.monotonic()
 
     def submit(self, held: Held, outcome: Outcome) -> None:
         """Queue an outcome for writing; never blocks."""

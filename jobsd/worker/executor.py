@@ -89,24 +89,23 @@ class RunnerSettings:
     """children started before the first claim when some type is isolated"""
 
 
+@dataclass(eq=False, repr=False)
 class JobRunner:
     """Start claimed jobs and see each through to an outcome for ``submit`` (the completer)."""
 
-    def __init__(
-        self,
-        cfg: RunnerSettings,
-        clock: Clock,
-        registry: Registry,
-        holdings: Holdings,
-        stats: DaemonStats,
-        submit: Callable[[Held, Outcome], None],
-    ) -> None:
-        self.cfg = cfg
-        self.clock = clock
-        self.registry = registry
-        self.holdings = holdings
-        self.stats = stats
-        self.submit = submit
+    cfg: RunnerSettings
+    clock: Clock
+    registry: Registry
+    holdings: Holdings
+    stats: DaemonStats
+    submit: Callable[[Held, Outcome], None]
+    children: ChildPool = field(init=False)
+    _tg: TaskGroup | None = field(default=None, init=False)
+    _abandoned: dict[uuid.UUID, threading.Thread] = field(default_factory=dict, init=False)
+    _closing: anyio.Event = field(default_factory=anyio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
         self.children = ChildPool(
             ChildSettings(
                 kill_grace_s=cfg.kill_grace_s,
@@ -117,9 +116,6 @@ class JobRunner:
                 max_idle=cfg.slots,
             )
         )
-        self._tg: TaskGroup | None = None
-        self._abandoned: dict[uuid.UUID, threading.Thread] = {}
-        self._closing = anyio.Event()
 
     def start(self, job: Job) -> None:
         """Hold a claimed job and run it in a task of its own; ``run`` must be running.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskStatus
@@ -39,17 +39,18 @@ class HeartbeatSettings:
     """``JOBSD_HEARTBEAT_INTERVAL``, at most a third of ``JOBSD_STALE_AFTER``"""
 
 
+@dataclass(eq=False, repr=False)
 class Heartbeat:
     """Keep held jobs alive in the database and flush their progress."""
 
-    def __init__(
-        self, pool: AsyncPool, cfg: HeartbeatSettings, clock: Clock, holdings: Holdings
-    ) -> None:
-        self.pool = pool
-        self.cfg = cfg
-        self.clock = clock
-        self.holdings = holdings
-        self._last_beat = clock.monotonic()
+    pool: AsyncPool
+    cfg: HeartbeatSettings
+    clock: Clock
+    holdings: Holdings
+    _last_beat: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._last_beat = self.clock.monotonic()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Tick every ``tick_s`` (jittered) until cancelled."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import anyio.to_thread
@@ -45,6 +45,7 @@ class HooksSettings:
     """failures older than this (a day) are not looked at any more"""
 
 
+@dataclass(eq=False, repr=False)
 class FailHooks:
     """Run each failed job's ``on_fail`` once; a hook's error is logged, never raised.
 
@@ -52,15 +53,12 @@ class FailHooks:
     bring its own state in line.
     """
 
-    def __init__(
-        self, pool: AsyncPool, cfg: HooksSettings, clock: Clock, registry: Registry
-    ) -> None:
-        self.pool = pool
-        self.cfg = cfg
-        self.clock = clock
-        self.registry = registry
-        self._wake = Waker()
-        self.calls = 0
+    pool: AsyncPool
+    cfg: HooksSettings
+    clock: Clock
+    registry: Registry
+    _wake: Waker = field(default_factory=Waker, init=False)
+    calls: int = field(default=0, init=False)
 
     def _hooked_types(self) -> list[str]:
         return [t for t in self.registry.types() if (s := self.registry.get(t)) and s.on_fail]

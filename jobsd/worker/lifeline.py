@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskStatus
@@ -47,23 +47,17 @@ class LifelineSettings:
     """the row says the daemon claims only its registry's types (else: every type)"""
 
 
+@dataclass(eq=False, repr=False)
 class Lifeline:
     """Hold the worker's registration and lock on a dedicated connection."""
 
-    def __init__(
-        self,
-        connect: Callable[[], Awaitable[AsyncConn]],
-        cfg: LifelineSettings,
-        clock: Clock,
-        registry: Registry | None = None,
-    ) -> None:
-        self.connect = connect
-        self.cfg = cfg
-        self.clock = clock
-        self.registry = registry
-        self.registered = False
-        self.registrations = 0
-        self._conn: AsyncConn | None = None
+    connect: Callable[[], Awaitable[AsyncConn]]
+    cfg: LifelineSettings
+    clock: Clock
+    registry: Registry | None = None
+    registered: bool = field(default=False, init=False)
+    registrations: int = field(default=0, init=False)
+    _conn: AsyncConn | None = field(default=None, init=False)
 
     async def run_once(self) -> bool:
         """Register when not registered (connect, lock, insert the row); else prove the

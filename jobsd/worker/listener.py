@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
@@ -37,28 +37,21 @@ class ListenerSettings:
     queues: frozenset[str]
 
 
+@dataclass(eq=False, repr=False)
 class Listener:
     """Hold the LISTEN connection and turn notifications into wake-ups.
 
     ``connect`` opens a connection that already LISTENs on ``CHANNEL``.
     """
 
-    def __init__(
-        self,
-        connect: Callable[[], Awaitable[AsyncConn]],
-        cfg: ListenerSettings,
-        clock: Clock,
-        waker: Waker,
-        stats: DaemonStats,
-    ) -> None:
-        self.connect = connect
-        self.cfg = cfg
-        self.clock = clock
-        self.waker = waker
-        self.stats = stats
-        self.connected = False
-        self._conn: AsyncConn | None = None
-        self._connections = 0
+    connect: Callable[[], Awaitable[AsyncConn]]
+    cfg: ListenerSettings
+    clock: Clock
+    waker: Waker
+    stats: DaemonStats
+    connected: bool = field(default=False, init=False)
+    _conn: AsyncConn | None = field(default=None, init=False)
+    _connections: int = field(default=0, init=False)
 
     async def run_once(self, *, timeout_s: float = 0.0, stop_after: int | None = None) -> int:
         """Connect when not connected (which wakes the claimer), then relay the

@@ -18,7 +18,7 @@ import inspect
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import assert_never
 
 import anyio
@@ -47,27 +47,23 @@ class RecovererSettings:
     timeout_s: float = 30.0
 
 
+def _never_running(job_id: uuid.UUID) -> bool:
+    return False
+
+
+@dataclass(eq=False, repr=False)
 class Recoverer:
     """Settle ``recovery_required`` jobs with their type's ``recover`` hook."""
 
-    def __init__(
-        self,
-        pool: AsyncPool,
-        cfg: RecovererSettings,
-        clock: Clock,
-        registry: Registry,
-        on_failed: Callable[[Job], None],
-        still_running: Callable[[uuid.UUID], bool] = lambda job_id: False,
-    ) -> None:
-        self.pool = pool
-        self.cfg = cfg
-        self.clock = clock
-        self.registry = registry
-        self.on_failed = on_failed
-        self.still_running = still_running
-        self._inbox: Mailbox[Job] = Mailbox()
-        self._passing = anyio.Lock()
-        self.asked = 0
+    pool: AsyncPool
+    cfg: RecovererSettings
+    clock: Clock
+    registry: Registry
+    on_failed: Callable[[Job], None]
+    still_running: Callable[[uuid.UUID], bool] = _never_running
+    _inbox: Mailbox[Job] = field(default_factory=Mailbox, init=False)
+    _passing: anyio.Lock = field(default_factory=anyio.Lock, init=False)
+    asked: int = field(default=0, init=False)
 
     def submit(self, job: Job) -> None:
         """Queue a job just written ``recovery_required``; never blocks."""
