@@ -5,12 +5,14 @@
   attached daemon's (when it listens). 503 otherwise.
 - ``/health``: figures that go bad before the jobs table does (pickup lag, dead
   tuples, an old open transaction holding back vacuum, time since the last
-  notification), with warnings against thresholds from settings.
+  notification), with warnings against thresholds from settings; queued jobs that no
+  live daemon handles, naming at most ``UNHANDLED_TYPE_NAMES`` types.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import anyio
 from fastapi import APIRouter, Response
@@ -24,6 +26,10 @@ __all__ = ["STALL_S", "health_router"]
 
 # a loop that has not ticked for this long is stalled
 STALL_S = 5.0
+# /health names at most this many unhandled types, the most queued; the others are
+# summed under OTHER_TYPE, so tenants' type names cannot grow the report (issue 13)
+UNHANDLED_TYPE_NAMES = 20
+OTHER_TYPE = "_other"
 
 
 def health_router(backend: ApiBackend) -> APIRouter:
@@ -101,6 +107,40 @@ async def _database_ok(backend: ApiBackend) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class _Unhandled:
+    """Queued jobs no live daemon handles: how many, and by type (bounded)."""
+
+    jobs: int
+    types: dict[str, int]
+    """the UNHANDLED_TYPE_NAMES most queued types, the rest summed under OTHER_TYPE"""
+    other_types: int
+    """how many types were summed under OTHER_TYPE"""
+
+    def describe(self) -> str:
+        """Name the types for the warning: ``a (3), b (1) and 9 other types (12 jobs)``."""
+        if not self.other_types:
+            return ", ".join(f"{t} ({n})" for t, n in self.types.items())
+        named = ", ".join(f"{t} ({n})" for t, n in self.types.items() if t != OTHER_TYPE)
+        other = f"{self.other_types} other types ({self.types[OTHER_TYPE]} jobs)"
+        return f"{named} and {other}" if named else other
+
+
+async def _unhandled(backend: ApiBackend, timeout_s: float) -> _Unhandled:
+    """Count the unhandled jobs on the probes' connection and bound them by type."""
+    rows = await backend.probe_read("health report", api.unhandled_jobs, timeout_s=timeout_s)
+    by_type: dict[str, int] = {}
+    for _, type_, jobs in rows:
+        by_type[type_] = by_type.get(type_, 0) + jobs
+    ranked = sorted(by_type.items(), key=lambda item: (-item[1], item[0]))
+    types = dict(ranked[:UNHANDLED_TYPE_NAMES])
+    rest = ranked[UNHANDLED_TYPE_NAMES:]
+    if rest:
+        # a type a tenant named _other adds to the sum rather than hiding it
+        types[OTHER_TYPE] = types.get(OTHER_TYPE, 0) + sum(n for _, n in rest)
+    return _Unhandled(sum(by_type.values()), types, len(rest))
+
+
 def _age(monotonic: float | None) -> float | None:
     return round(time.monotonic() - monotonic, 3) if monotonic is not None else None
 
@@ -109,6 +149,7 @@ async def build_report(backend: ApiBackend) -> HealthReport:
     """Gather the health figures and the warnings they raise."""
     http = backend.http
     row: dict[str, object] = {}
+    unhandled: _Unhandled | None = None
     database = False
     if backend.started:
         with anyio.move_on_after(http.ready_timeout + 1):
@@ -119,14 +160,14 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                         "health report", api.health_row, timeout_s=http.ready_timeout
                     ),
                 )
-                unhandled = await backend.read(
-                    "health report", api.unhandled_jobs, timeout_s=http.ready_timeout
-                )
-                by_type: dict[str, int] = {}
-                for _, type_, jobs in unhandled:
-                    by_type[type_] = by_type.get(type_, 0) + jobs
-                row["unhandled_jobs"] = sum(by_type.values())
-                row["unhandled_types"] = by_type
+                try:
+                    unhandled = await backend.probes.get(
+                        "unhandled", lambda: _unhandled(backend, http.ready_timeout)
+                    )
+                except BackendUnavailable:
+                    raise
+                except DatabaseError:
+                    unhandled = None  # e.g. a role without EXECUTE (migration 0019)
                 database = True
             except (BackendUnavailable, DatabaseError):
                 database = False
@@ -149,8 +190,8 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 _age(backend.waiter.last_notify_monotonic) if backend.started else None
             ),
             "listen_connected": waiter_connected,
-            "unhandled_jobs": row.get("unhandled_jobs"),
-            "unhandled_types": row.get("unhandled_types") or {},
+            "unhandled_jobs": unhandled.jobs if unhandled is not None else None,
+            "unhandled_types": unhandled.types if unhandled is not None else {},
             "oldest_running_age_s": row.get("oldest_running_age_s"),
             "oldest_running_idle_s": row.get("oldest_running_idle_s"),
             "recovery_required": row.get("recovery_required"),
@@ -185,11 +226,16 @@ async def build_report(backend: ApiBackend) -> HealthReport:
                 f"{what} has been open {age:.0f} s (over {http.health_xact_age_warn:g} s): "
                 "it holds back vacuum of the jobs table"
             )
-    if report.unhandled_jobs:
-        types = ", ".join(f"{t} ({n})" for t, n in sorted(report.unhandled_types.items()))
+    if unhandled is None:
         warnings.append(
-            f"{report.unhandled_jobs} queued jobs are of types no live daemon handles: "
-            f"{types}; start a daemon with their handlers (JOBSD_HANDLERS)"
+            "queued jobs of types no live daemon handles could not be counted: this API's "
+            "database role may lack EXECUTE on jobsd.unhandled_jobs() "
+            "(`jobsd roles create` grants it)"
+        )
+    elif unhandled.jobs:
+        warnings.append(
+            f"{unhandled.jobs} queued jobs are of types no live daemon handles: "
+            f"{unhandled.describe()}; start a daemon with their handlers (JOBSD_HANDLERS)"
         )
     usage = report.notify_queue_usage
     if usage is not None and usage > http.health_notify_queue_warn:

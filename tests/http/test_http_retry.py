@@ -1,7 +1,7 @@
 """``POST /jobs/{id}/retry`` and the unhandled jobs of ``/health`` (issue 14). A failed or
 cancelled job of the caller's org is queued again with its history; everything else is
 refused with a 409 or a 404, and nothing changes. ``/health`` counts queued jobs whose
-type no live daemon handles."""
+type no live daemon handles, naming the 20 most queued types (the rest under ``_other``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from apikit import bearer, running_api, settings_for
-from support.jobs import job_row, make_job
+from support.jobs import job_row, make_job, make_jobs
 
 pytestmark = pytest.mark.anyio
 
@@ -74,3 +74,19 @@ async def test_health_counts_queued_jobs_no_live_daemon_handles(db_url: str) -> 
             conn.execute("UPDATE jobsd.workers SET types = NULL")
             report = (await api.client.get("/health")).json()
             assert (report["unhandled_jobs"], report["unhandled_types"]) == (0, {})
+
+
+async def test_health_names_the_most_queued_unhandled_types(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for i in range(25):  # type_00: 25 jobs ... type_24: 1
+            make_jobs(conn, 25 - i, type=f"type_{i:02d}")
+        async with running_api(settings_for(db_url)) as api:
+            report = (await api.client.get("/health")).json()
+    named = {f"type_{i:02d}": 25 - i for i in range(20)}
+    assert report["unhandled_types"] == {**named, "_other": 5 + 4 + 3 + 2 + 1}
+    assert report["unhandled_jobs"] == sum(range(1, 26))
+    assert list(report["unhandled_types"])[:2] == ["type_00", "type_01"]  # the most first
+    warning = next(w for w in report["warnings"] if "no live daemon handles" in w)
+    assert "type_00 (25), type_01 (24)" in warning, warning
+    assert "type_19 (6) and 5 other types (15 jobs);" in warning, warning
+    assert "type_20" not in warning

@@ -532,6 +532,51 @@ async def test_metrics_and_health_need_the_probe_token(
             assert (await client.get("/healthz")).status_code == 200
 
 
+@pytest.mark.anyio
+async def test_ten_thousand_unknown_types_leave_health_small(db_url: str) -> None:
+    """The default JOBSD_UNKNOWN_TYPES=leave: the jobs stay queued and /health counts them,
+    naming only the most queued types; the rest are summed under _other."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        make_jobs(conn, 10_000, type=sql.SQL("'tenant_' || g || '_' || md5(g::text)"))
+        make_jobs(conn, 3, type="send_mail")
+    probe = {"Authorization": "Bearer " + "p" * 32}
+    app = create_app(Settings(database_url=db_url, **FAST), HttpSettings(probe_token="p" * 32))
+    async with _serving(app) as client:
+        r = await client.get("/health", headers=probe)
+    assert r.status_code == 200, r.text
+    assert len(r.content) < 20_000, len(r.content)
+    report = r.json()
+    types = report["unhandled_types"]
+    assert report["unhandled_jobs"] == sum(types.values()) == 10_003
+    assert len(types) == 21 and types["send_mail"] == 3 and types["_other"] == 10_000 - 19
+    warning = next(w for w in report["warnings"] if "no live daemon handles" in w)
+    assert "send_mail (3)" in warning and "9981 other types (9981 jobs)" in warning, warning
+
+
+@pytest.mark.anyio
+async def test_health_without_the_unhandled_count_still_reports(roles: Roles) -> None:
+    """An API role that may not run jobsd.unhandled_jobs() (made by hand, or before the
+    next `roles create`) gets the rest of the report and a warning, not a 503."""
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        make_job(conn, type="gamma")
+        conn.execute("REVOKE ALL ON FUNCTION jobsd.unhandled_jobs() FROM PUBLIC")
+        conn.execute(
+            sql.SQL("REVOKE ALL ON FUNCTION jobsd.unhandled_jobs() FROM {}, {}").format(
+                sql.Identifier(roles.names.admin), sql.Identifier(roles.names.api)
+            )
+        )
+    http = HttpSettings(api_database_url=roles.url("api"))
+    app = create_app(Settings(database_url=roles.url("worker"), **FAST), http)
+    async with _serving(app) as client:
+        r = await client.get("/health")
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["database"] is True and report["oldest_queued_age_s"] is not None
+    assert (report["unhandled_jobs"], report["unhandled_types"]) == (None, {})
+    assert any("jobsd.unhandled_jobs()" in w for w in report["warnings"]), report["warnings"]
+
+
 def test_cli_roles_create_tenant(roles: Roles) -> None:
     """`jobsd roles create --tenant ROLE --org ORG`: a pinned login role with a password."""
     name = f"{roles.names.owner.removesuffix('_owner')}_cli"
