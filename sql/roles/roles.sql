@@ -120,7 +120,7 @@ GRANT SELECT, INSERT ON jobsd.fail_hooks TO {worker};
 
 -- name: roles_grant_functions
 -- Start from nothing on every function, then grant what each role needs; EXECUTE
--- that PUBLIC holds (jobsd.uuidv7(), the /metrics and /health aggregates,
+-- that PUBLIC holds (jobsd.uuidv7(), the /metrics and /health counts by queue,
 -- jobsd.current_org()) is left as it is. Queue administration (migrations 0009
 -- and 0012, SECURITY DEFINER: it runs as the owner and counts every org's jobs)
 -- is the admin role's; the API's role is a member of it, for operator tokens
@@ -139,6 +139,9 @@ GRANT EXECUTE ON FUNCTION jobsd.job_retry(uuid, text, boolean, text) TO {enqueue
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
 -- the schedules with their last tick's job, every org's (GET /schedules, /metrics)
 GRANT EXECUTE ON FUNCTION jobsd.schedule_info(text) TO {admin}, {read};
+-- every org's queued jobs of types no live daemon handles, by queue and type (/health,
+-- `jobsd queue list`); PUBLIC's EXECUTE went in migration 0019: no tenant role runs it
+GRANT EXECUTE ON FUNCTION jobsd.unhandled_jobs() TO {admin}, {read}, {api};
 
 -- name: roles_grant_api_tokens
 -- The HTTP API looks bearer tokens up by hash, through a function (migration 0012:

@@ -123,8 +123,10 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
     }
     # functions PUBLIC may not run: queue administration for the admin role (and the
     # API's role, a member of it), never queue_drop (the owner's); the token lookup
-    # for the API; queue listing for the read role; the triggers' functions for nobody
+    # for the API; queue listing for the read role; the triggers' functions for nobody.
+    # unhandled_jobs (every org's queued types, migration 0019): /health, queue listing
     administration = {
+        "unhandled_jobs",
         "queue_info",
         "queue_create",
         "queue_set_limits",
@@ -136,7 +138,8 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
     api_reads = {"api_token_lookup", "done_notify_key"}
     assert _routines(url, names.api) == administration | {"schedule_info", "job_retry"} | api_reads
     assert _routines(url, names.enqueue) == api_reads | {"job_retry"}
-    assert _routines(url, names.read) == {"queue_info", "schedule_info", *api_reads}
+    listing = {"queue_info", "unhandled_jobs", "schedule_info"}
+    assert _routines(url, names.read) == listing | api_reads
     assert _routines(url, names.worker) == set()
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else

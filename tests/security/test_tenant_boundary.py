@@ -25,7 +25,7 @@ from support.jobs import make_job, make_jobs
 from support.waiting import wait_until
 
 import jobsd
-from jobsd.admin.roles import create_tenant_role
+from jobsd.admin.roles import RoleNames, create_roles, create_tenant_role, drop_roles
 from jobsd.cli import main as jobsd_main
 from jobsd.errors import ConfigError
 from jobsd.http.app import create_app
@@ -34,9 +34,9 @@ from jobsd.http.tokens import create_token
 from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import api as api_store
-from jobsd.store import queries
+from jobsd.store import migrate, queries
 
-from .conftest import FAST, Roles
+from .conftest import FAST, Roles, url_as
 
 
 def _scalar(url: str, query: str, *params: Any) -> Any:
@@ -129,6 +129,65 @@ def test_roles_create_tenant_refuses_bad_input(roles: Roles) -> None:
     with pytest.raises(ConfigError, match="must run as a superuser"):
         create_tenant_role(roles.url("owner"), "tenant_x", "acme")
     assert _scalar(roles.db_url, "SELECT count(*) FROM pg_roles WHERE rolname = 'tenant_x'") == 0
+
+
+def test_a_tenant_role_cannot_count_every_orgs_unhandled_jobs(roles: Roles, tenant: str) -> None:
+    """jobsd.unhandled_jobs() runs as its owner over every org (0014 granted it to PUBLIC):
+    since 0019 only the operators' roles run it, for /health and `jobsd queue list`."""
+    db = roles.db_url
+    with psycopg.connect(db, autocommit=True) as conn:
+        make_job(conn, org_id="acme", type="acme_report")
+        make_job(conn, org_id="globex", type="globex_buys_initech")
+    for who, url in (
+        ("tenant", make_conninfo(db, user=tenant, options="-c jobsd.org_id=globex")),
+        ("enqueue", roles.url("enqueue", org="acme")),
+    ):
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            conn.execute("SELECT * FROM jobsd.unhandled_jobs()")
+            pytest.fail(f"{who} counted every org's unhandled jobs")
+    # freshly made roles keep what they need: the API's /health, the operators' listing
+    every_org = [("acme_report", 1), ("globex_buys_initech", 1)]
+    for kind in ("api", "admin", "read"):
+        with psycopg.connect(roles.url(kind), autocommit=True) as conn:
+            rows = conn.execute("SELECT type, jobs FROM jobsd.unhandled_jobs() ORDER BY type")
+            assert rows.fetchall() == every_org, kind
+    for kind in ("admin", "read"):
+        env = {"JOBSD_DATABASE_URL": roles.url(kind), "JOBSD_ALLOW_INSECURE": "1"}
+        listed = CliRunner().invoke(jobsd_main, ["queue", "list"], env=env)
+        assert listed.exit_code == 0 and "unhandled=2" in listed.output, (kind, listed.output)
+
+
+def test_roles_made_before_0019_keep_counting_unhandled_jobs(
+    empty_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade: the roles that may list queues keep the count without a new `roles create`."""
+    shipped = migrate.load_migrations()
+    monkeypatch.setattr(migrate, "load_migrations", lambda: [m for m in shipped if m.version < 19])
+    migrate.migrate_sync(empty_db_url)
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    names = RoleNames.for_prefix(prefix)
+    create_roles(empty_db_url, prefix=prefix)
+    try:
+        with psycopg.connect(empty_db_url, autocommit=True) as conn:
+            # what `roles create` granted before 0019: nothing (PUBLIC held it)
+            conn.execute(
+                sql.SQL("REVOKE ALL ON FUNCTION jobsd.unhandled_jobs() FROM {}, {}, {}").format(
+                    *(sql.Identifier(n) for n in (names.admin, names.read, names.api))
+                )
+            )
+        monkeypatch.undo()
+        assert "0019_unhandled_jobs_grants" in migrate.migrate_sync(empty_db_url)
+        for kind in ("admin", "read", "api", "enqueue", "worker"):
+            with psycopg.connect(url_as(empty_db_url, getattr(names, kind)), autocommit=True) as c:
+                allowed = c.execute(
+                    "SELECT has_function_privilege('jobsd.unhandled_jobs()', 'EXECUTE')"
+                ).fetchone()
+            assert allowed == (kind in ("admin", "read", "api"),), kind
+    finally:
+        drop_roles(empty_db_url, prefix=prefix)
 
 
 # -- 2. queue administration: the admin role and operator tokens -------------------------
