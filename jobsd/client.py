@@ -15,7 +15,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import Any, Self, TypeVar, Unpack
 
 from jobsd.admin.queues import (
@@ -29,13 +28,13 @@ from jobsd.admin.queues import (
 )
 from jobsd.errors import ConfigError, JobNotFound, JobsdError
 from jobsd.jobspec import EnqueueOptions, JobSpec
-from jobsd.models import Job, JobEvent, JobStatus, QueueInfo
+from jobsd.models import Job, JobEvent, QueueInfo
 from jobsd.settings import Settings
 from jobsd.store import enqueue as store_enqueue
 from jobsd.store import jobs_ops, queries
 from jobsd.store.connect import make_async_pool, make_sync_pool
 from jobsd.store.db import AsyncConn, AsyncPool, SyncConn, SyncPool, acquire, acquire_sync
-from jobsd.store.jobs_ops import CancelOutcome, Cursor, JobPage
+from jobsd.store.jobs_ops import CancelOutcome, Cursor, JobPage, ListOptions
 
 __all__ = [
     "CancelOutcome",
@@ -44,6 +43,7 @@ __all__ = [
     "EnqueueOptions",
     "JobPage",
     "JobSpec",
+    "ListOptions",
     "SyncClient",
 ]
 
@@ -77,14 +77,37 @@ def _not_a_cancellation(record: logging.LogRecord) -> bool:
 logging.getLogger("psycopg.pool").addFilter(_not_a_cancellation)
 
 
-def _own_pool(make: Callable[..., P], database_url: str | None, settings: Settings) -> P:
-    """Create (unopened) a client's pool on ``database_url``, else JOBSD_DATABASE_URL."""
+def _database_url(database_url: str | None, settings: Settings) -> str:
+    """Return ``database_url``, else JOBSD_DATABASE_URL; ConfigError without either."""
     url = database_url or settings.database_url
     if not url:
         raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
+    return url
+
+
+def _own_pool(make: Callable[..., P], database_url: str | None, settings: Settings) -> P:
+    """Create (unopened) a client's pool on ``database_url``, else JOBSD_DATABASE_URL."""
     return make(
-        url, name="client", min_size=1, max_size=settings.pool_size, timeout_s=_POOL_TIMEOUT_S
+        _database_url(database_url, settings),
+        name="client",
+        min_size=1,
+        max_size=settings.pool_size,
+        timeout_s=_POOL_TIMEOUT_S,
     )
+
+
+def _visible(job: Job | None, job_id: uuid.UUID | str, org_id: str | None) -> Job:
+    """Return ``job``; JobNotFound if missing or, with ``org_id``, of another org."""
+    if job is None or (org_id is not None and job.org_id != org_id):
+        raise JobNotFound(job_id)
+    return job
+
+
+def _existing(done: CancelOutcome, job_id: uuid.UUID | str) -> CancelOutcome:
+    """Return a cancel's outcome; JobNotFound if it found no job."""
+    if done.job is None:
+        raise JobNotFound(job_id)
+    return done
 
 
 class Client:
@@ -215,9 +238,7 @@ class Client:
         """Read a job; with ``org_id``, a job of another org is reported as not found."""
         key = uuid.UUID(str(job_id))
         job = await self._run(f"read of job {key}", lambda conn: queries.get_job(conn, key))
-        if job is None or (org_id is not None and job.org_id != org_id):
-            raise JobNotFound(job_id)
-        return job
+        return _visible(job, job_id, org_id)
 
     async def events(self, job_id: uuid.UUID | str) -> list[JobEvent]:
         """Read the history of a job, oldest first."""
@@ -228,12 +249,6 @@ class Client:
 
     # Operations on existing jobs: the same as the CLI's and the HTTP API's
     # (jobsd.store.jobs_ops). ``org_id`` limits each to one org's jobs.
-
-    def _database_url(self) -> str:
-        url = self._url or self.settings.database_url
-        if not url:
-            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
-        return url
 
     async def cancel(
         self,
@@ -254,9 +269,7 @@ class Client:
             f"cancel of job {key}",
             lambda conn: jobs_ops.cancel_job(conn, key, actor=actor, reason=reason, org_id=org_id),
         )
-        if done.job is None:
-            raise JobNotFound(job_id)
-        return done
+        return _existing(done, job_id)
 
     async def wait(
         self,
@@ -273,40 +286,18 @@ class Client:
         Raises JobNotFound, BackendUnavailable.
         """
         key = uuid.UUID(str(job_id))
-        return await jobs_ops.wait_job(
-            self._database_url(), key, timeout_s=timeout_s, org_id=org_id
-        )
+        url = _database_url(self._url, self.settings)
+        return await jobs_ops.wait_job(url, key, timeout_s=timeout_s, org_id=org_id)
 
-    async def list(
-        self,
-        *,
-        status: JobStatus | str | None = None,
-        type: str | None = None,
-        queue: str | None = None,
-        org_id: str | None = None,
-        since: datetime | None = None,
-        after: Cursor | None = None,
-        limit: int = 50,
-    ) -> JobPage:
+    async def list(self, **options: Unpack[ListOptions]) -> JobPage:
         """List jobs newest first (``limit`` at most, 1..1000), filtered; pass the
         page's ``next`` as ``after`` for the next page (None: it was the last).
 
-        ``since`` (aware) keeps jobs created at or after it. Raises ValueError for a
-        bad filter.
+        ``options`` are ``jobsd.client.ListOptions``: ``status``, ``type``, ``queue``,
+        ``org_id``, ``since`` (aware: jobs created at or after it), ``after``,
+        ``limit`` (50). Raises ValueError for a bad filter.
         """
-        return await self._run(
-            "listing of jobs",
-            lambda conn: jobs_ops.list_jobs(
-                conn,
-                status=status,
-                type=type,
-                queue=queue,
-                org_id=org_id,
-                since=since,
-                after=after,
-                limit=limit,
-            ),
-        )
+        return await self._run("listing of jobs", lambda conn: jobs_ops.list_jobs(conn, **options))
 
     async def retry(
         self,
@@ -441,25 +432,15 @@ class SyncClient:
     def get(self, job_id: uuid.UUID | str, *, org_id: str | None = None) -> Job:
         """Read a job; with ``org_id``, a job of another org is reported as not found."""
         key = uuid.UUID(str(job_id))
-        self._open()
-        with acquire_sync(self._pool, f"read of job {key}") as conn:
-            job = queries.get_job_sync(conn, key)
-        if job is None or (org_id is not None and job.org_id != org_id):
-            raise JobNotFound(job_id)
-        return job
+        job = self._run(f"read of job {key}", lambda conn: queries.get_job_sync(conn, key))
+        return _visible(job, job_id, org_id)
 
     def events(self, job_id: uuid.UUID | str) -> list[JobEvent]:
         """Read the history of a job, oldest first."""
         key = uuid.UUID(str(job_id))
-        self._open()
-        with acquire_sync(self._pool, f"read of history of job {key}") as conn:
-            return queries.get_job_events_sync(conn, key)
-
-    def _database_url(self) -> str:
-        url = self._url or self.settings.database_url
-        if not url:
-            raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
-        return url
+        return self._run(
+            f"read of history of job {key}", lambda conn: queries.get_job_events_sync(conn, key)
+        )
 
     def _run(self, operation: str, work: Callable[[SyncConn], T]) -> T:
         """Run ``work(conn)`` on a pooled connection."""
@@ -483,9 +464,7 @@ class SyncClient:
                 conn, key, actor=actor, reason=reason, org_id=org_id
             ),
         )
-        if done.job is None:
-            raise JobNotFound(job_id)
-        return done
+        return _existing(done, job_id)
 
     def wait(
         self,
@@ -496,33 +475,12 @@ class SyncClient:
     ) -> Job:
         """Wait until the job ends, or ``timeout_s``; see ``Client.wait``."""
         key = uuid.UUID(str(job_id))
-        return jobs_ops.wait_job_sync(self._database_url(), key, timeout_s=timeout_s, org_id=org_id)
+        url = _database_url(self._url, self.settings)
+        return jobs_ops.wait_job_sync(url, key, timeout_s=timeout_s, org_id=org_id)
 
-    def list(
-        self,
-        *,
-        status: JobStatus | str | None = None,
-        type: str | None = None,
-        queue: str | None = None,
-        org_id: str | None = None,
-        since: datetime | None = None,
-        after: Cursor | None = None,
-        limit: int = 50,
-    ) -> JobPage:
+    def list(self, **options: Unpack[ListOptions]) -> JobPage:
         """List jobs newest first, filtered, one page; see ``Client.list``."""
-        return self._run(
-            "listing of jobs",
-            lambda conn: jobs_ops.list_jobs_sync(
-                conn,
-                status=status,
-                type=type,
-                queue=queue,
-                org_id=org_id,
-                since=since,
-                after=after,
-                limit=limit,
-            ),
-        )
+        return self._run("listing of jobs", lambda conn: jobs_ops.list_jobs_sync(conn, **options))
 
     def retry(
         self,

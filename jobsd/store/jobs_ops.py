@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from psycopg import sql
 
@@ -23,12 +23,13 @@ from jobsd.store.api import Cursor, done_notify_key, done_payload, run_for_org
 from jobsd.store.connect import connect, connect_async
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 from jobsd.store.named import Row, run_named_sync
-from jobsd.store.queries import CancelOutcome, cancel_job
+from jobsd.store.queries import CancelOutcome, cancel_job, cancel_outcome, cancel_unchanged
 
 __all__ = [
     "CancelOutcome",
     "Cursor",
     "JobPage",
+    "ListOptions",
     "cancel_job",
     "cancel_job_sync",
     "list_jobs",
@@ -55,16 +56,37 @@ class JobPage:
     next: Cursor | None
 
 
+class ListOptions(TypedDict, total=False):
+    """The filters and the page of a job listing, all optional."""
+
+    status: JobStatus | str | None
+    """Only jobs in this state."""
+    type: str | None
+    """Only jobs of this type."""
+    queue: str | None
+    """Only jobs of this queue."""
+    org_id: str | None
+    """Only this org's jobs (it is set for row-level security); None: every org."""
+    since: datetime | None
+    """Only jobs created at or after it (timezone-aware)."""
+    after: Cursor | None
+    """The ``next`` of the previous page."""
+    limit: int
+    """At most this many jobs (1..1000; 50)."""
+
+
 def _list_params(
     *,
-    status: JobStatus | str | None,
-    type: str | None,
-    queue: str | None,
-    org_id: str | None,
-    since: datetime | None,
-    after: Cursor | None,
-    limit: int,
-) -> dict[str, Any]:
+    status: JobStatus | str | None = None,
+    type: str | None = None,
+    queue: str | None = None,
+    org_id: str | None = None,
+    since: datetime | None = None,
+    after: Cursor | None = None,
+    limit: int = 50,
+) -> tuple[dict[str, Any], int]:
+    """Check a listing's options (ValueError); return ``jobs_list``'s parameters and the
+    page size. An unknown option is a TypeError, as for a plain signature."""
     if not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be between 1 and {MAX_PAGE}, not {limit}")
     if status is not None:
@@ -75,7 +97,7 @@ def _list_params(
             raise ValueError(f"unknown status {status!r}: one of {states}") from None
     if since is not None and since.tzinfo is None:
         raise ValueError("since must carry a time zone (e.g. 2030-01-01T00:00:00Z)")
-    return {
+    params = {
         "org_id": org_id,
         "before_created_at": after.created_at if after else "infinity",
         "before_id": after.id if after else _LAST_ID,
@@ -86,6 +108,7 @@ def _list_params(
         # one more than asked: whether a next page exists, without a count
         "limit": limit + 1,
     }
+    return params, limit
 
 
 def _page(rows: list[Row], limit: int) -> JobPage:
@@ -94,47 +117,23 @@ def _page(rows: list[Row], limit: int) -> JobPage:
     return JobPage(jobs, Cursor(jobs[-1].created_at, jobs[-1].id) if more else None)
 
 
-async def list_jobs(
-    conn: AsyncConn,
-    *,
-    status: JobStatus | str | None = None,
-    type: str | None = None,
-    queue: str | None = None,
-    org_id: str | None = None,
-    since: datetime | None = None,
-    after: Cursor | None = None,
-    limit: int = 50,
-) -> JobPage:
+async def list_jobs(conn: AsyncConn, **options: Unpack[ListOptions]) -> JobPage:
     """List jobs newest first, ``limit`` at most, older than the cursor ``after``.
 
     ``since`` keeps jobs created at or after it. Raises ValueError for an unknown
     status, a naive ``since`` or a limit outside 1..1000.
     """
-    params = _list_params(
-        status=status, type=type, queue=queue, org_id=org_id, since=since, after=after, limit=limit
-    )
+    params, limit = _list_params(**options)
     with db_errors("listing of jobs"):
-        rows = await run_for_org(conn, org_id, "jobs_list", params)
+        rows = await run_for_org(conn, options.get("org_id"), "jobs_list", params)
     return _page(rows, limit)
 
 
-def list_jobs_sync(
-    conn: SyncConn,
-    *,
-    status: JobStatus | str | None = None,
-    type: str | None = None,
-    queue: str | None = None,
-    org_id: str | None = None,
-    since: datetime | None = None,
-    after: Cursor | None = None,
-    limit: int = 50,
-) -> JobPage:
+def list_jobs_sync(conn: SyncConn, **options: Unpack[ListOptions]) -> JobPage:
     """List jobs; see ``list_jobs`` (sync)."""
-    params = _list_params(
-        status=status, type=type, queue=queue, org_id=org_id, since=since, after=after, limit=limit
-    )
+    params, limit = _list_params(**options)
     with db_errors("listing of jobs"):
-        rows = _run_for_org_sync(conn, org_id, "jobs_list", params)
+        rows = _run_for_org_sync(conn, options.get("org_id"), "jobs_list", params)
     return _page(rows, limit)
 
 
@@ -219,14 +218,10 @@ def cancel_job_sync(
                 run_named_sync(conn, "api_set_org", {"org_id": org_id})
             run_named_sync(conn, "admin_set_actor", {"worker_id": actor})
             rows = run_named_sync(conn, "jobs_cancel", params)
-        if rows:
-            action = "requested" if rows[0]["previous"] == "running" else "cancelled"
-            return CancelOutcome(action, Job.from_row(rows[0]))
+        if done := cancel_outcome(rows):
+            return done
         rows = _run_for_org_sync(conn, org_id, "jobs_get", {"id": job_id})
-    job = Job.from_row(rows[0]) if rows else None
-    if job is not None and org_id is not None and job.org_id != org_id:
-        job = None
-    return CancelOutcome("none", job)
+    return cancel_unchanged(rows, org_id)
 
 
 def _deadline(timeout_s: float | None) -> float | None:

@@ -19,11 +19,11 @@ from jobsd.jsonsafe import cap_error, storable_json
 from jobsd.models import Job, JobEvent, JobStatus
 from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
+from jobsd.store.named import Row, run_named_sync
 
 # run_named: re-exported for the tests that insert raw rows; code outside jobsd.store
 # calls the typed functions.
 from jobsd.store.named import run_named as run_named
-from jobsd.store.named import run_named_sync
 
 __all__ = [
     "CancelOutcome",
@@ -397,6 +397,23 @@ class CancelOutcome:
     job: Job | None
 
 
+def cancel_outcome(cancelled: list[Row]) -> CancelOutcome | None:
+    """Read the rows of ``jobs_cancel``; None when it changed nothing (read the job)."""
+    if not cancelled:
+        return None
+    action = "requested" if cancelled[0]["previous"] == "running" else "cancelled"
+    return CancelOutcome(action, Job.from_row(cancelled[0]))
+
+
+def cancel_unchanged(rows: list[Row], org_id: str | None) -> CancelOutcome:
+    """Return the outcome of a cancel that changed nothing, from the rows of ``jobs_get``
+    (a job of another org than ``org_id`` is reported as missing)."""
+    job = Job.from_row(rows[0]) if rows else None
+    if job is not None and org_id is not None and job.org_id != org_id:
+        job = None
+    return CancelOutcome("none", job)
+
+
 async def cancel_job(
     conn: AsyncConn,
     job_id: uuid.UUID,
@@ -416,14 +433,10 @@ async def cancel_job(
     actor_set = ("admin_set_actor", {"worker_id": actor})
     with db_errors(f"cancel of job {job_id}"):
         rows = await run_for_org(conn, org_id, "jobs_cancel", params, before=[actor_set])
-        if rows:
-            action = "requested" if rows[0]["previous"] == "running" else "cancelled"
-            return CancelOutcome(action, Job.from_row(rows[0]))
+        if done := cancel_outcome(rows):
+            return done
         rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
-    job = Job.from_row(rows[0]) if rows else None
-    if job is not None and org_id is not None and job.org_id != org_id:
-        job = None
-    return CancelOutcome("none", job)
+    return cancel_unchanged(rows, org_id)
 
 
 async def note_discarded(conn: AsyncConn, job_ids: Sequence[uuid.UUID], *, worker_id: str) -> None:
