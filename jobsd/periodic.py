@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Required, TypedDict, TypeVar, Unpack
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -36,6 +36,7 @@ __all__ = [
     "CatchUp",
     "Schedule",
     "ScheduleInfo",
+    "ScheduleOptions",
     "ScheduleRegistry",
     "TickPlan",
     "default_schedules",
@@ -56,6 +57,35 @@ _QUARTER = timedelta(minutes=15)
 _COUNT_CAP = 10_000
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """What ``periodic`` (and a ``[[schedules]]`` table) declares besides ``cron``."""
+
+    type: Required[str]
+    """The type of each job."""
+    org_id: Required[str]
+    """The org each job belongs to."""
+    id: str | None
+    """The schedule's name (default: the type); one per schedule of a type."""
+    every: str | float | None
+    """A fixed interval (``"30s"``, or seconds) instead of ``cron``."""
+    timezone: str
+    """The zone ``cron`` is read in (``UTC``)."""
+    payload: Mapping[str, Any] | None
+    """Each job's payload, plus ``"_schedule": {"id": ..., "tick": ...}``."""
+    queue: str
+    """Each job's queue (``default``)."""
+    catch_up: str
+    """``latest`` (default), ``all`` (up to ``catch_up_max``) or ``none``."""
+    catch_up_max: int | None
+    """How many missed ticks ``catch_up="all"`` fires at most; None: the setting."""
+    priority: int
+    """Each job's priority (0)."""
+    dedup_key: str | None
+    """Each job's dedup key."""
+    concurrency_key: str | None
+    """Each job's concurrency key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,19 +472,8 @@ default_schedules = ScheduleRegistry()
 def periodic(
     cron: str | None = None,
     *,
-    type: str,
-    org_id: str,
-    every: str | float | None = None,
-    id: str | None = None,
-    payload: Mapping[str, Any] | None = None,
-    queue: str = "default",
-    timezone: str = "UTC",
-    catch_up: str = "latest",
-    catch_up_max: int | None = None,
-    priority: int = 0,
-    dedup_key: str | None = None,
-    concurrency_key: str | None = None,
     registry: ScheduleRegistry | None = None,
+    **options: Unpack[ScheduleOptions],
 ) -> Callable[[F], F]:
     """Declare a schedule that enqueues a job of ``type`` at each tick; decorate anything.
 
@@ -465,21 +484,7 @@ def periodic(
     ``catch_up``: ``latest`` (default), ``all`` (up to ``catch_up_max``) or ``none``.
     ``priority``, ``dedup_key``, ``concurrency_key``: the enqueue options of each job.
     """
-    schedule = Schedule.build(
-        cron,
-        id=id,
-        type=type,
-        org_id=org_id,
-        every=every,
-        timezone=timezone,
-        payload=payload,
-        queue=queue,
-        catch_up=catch_up,
-        catch_up_max=catch_up_max,
-        priority=priority,
-        dedup_key=dedup_key,
-        concurrency_key=concurrency_key,
-    )
+    schedule = Schedule.build(cron, **options)
     (registry or default_schedules).add(schedule)
 
     def declare(func: F) -> F:
@@ -488,21 +493,8 @@ def periodic(
     return declare
 
 
-_FILE_KEYS = {
-    "id",
-    "type",
-    "org_id",
-    "cron",
-    "every",
-    "timezone",
-    "payload",
-    "queue",
-    "catch_up",
-    "catch_up_max",
-    "priority",
-    "dedup_key",
-    "concurrency_key",
-}
+# a [[schedules]] table holds the arguments of ``periodic``
+_FILE_KEYS = frozenset({"cron", *ScheduleOptions.__annotations__})
 
 
 def load_schedules_file(path: str | Path) -> list[Schedule]:
