@@ -199,20 +199,24 @@ QUEUE_FULL_SQLSTATE = "JQ001"
 ORG_QUOTA_SQLSTATE = "JQ003"
 
 
-def _org_quota(exc: psycopg.Error) -> OrgQuotaExceeded:
+def _limit_detail(exc: psycopg.Error, limit_key: str) -> tuple[str, int] | None:
+    """Read the queue and the limit from the JSON DETAIL a jobsd trigger raised with;
+    None when the detail is missing or not that shape."""
     try:
         detail = json.loads(exc.diag.message_detail or "{}")
-        return OrgQuotaExceeded(str(detail["queue"]), int(detail["org_open_limit"]))
+        return str(detail["queue"]), int(detail[limit_key])
     except (ValueError, KeyError, TypeError):
-        return OrgQuotaExceeded("?")
+        return None
+
+
+def _org_quota(exc: psycopg.Error) -> OrgQuotaExceeded:
+    found = _limit_detail(exc, "org_open_limit")
+    return OrgQuotaExceeded(*found) if found else OrgQuotaExceeded("?")
 
 
 def _queue_full(exc: psycopg.Error) -> QueueFull:
-    try:
-        detail = json.loads(exc.diag.message_detail or "{}")
-        return QueueFull(str(detail["queue"]), int(detail["capacity"]))
-    except (ValueError, KeyError, TypeError):
-        return QueueFull("?")
+    found = _limit_detail(exc, "capacity")
+    return QueueFull(*found) if found else QueueFull("?")
 
 
 class DeadlinePool(AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]):
