@@ -1,13 +1,16 @@
 """The command line of issue 14: ``jobsd retry``, ``jobsd jobs list``, ``jobsd run``
-without handlers, ``--run-after`` with offsets, one-line usage errors."""
+without handlers and with handlers from the current directory, ``--run-after`` with
+offsets, one-line usage errors."""
 
 from __future__ import annotations
 
 import json
 import signal
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -87,6 +90,41 @@ def test_run_without_handlers_refuses_unless_allow_empty(
     daemon.wait_ready()
     daemon.send(signal.SIGTERM)
     assert daemon.wait(20) == 0
+
+
+HANDLER_MODULE = """
+import jobsd
+
+
+@jobsd.handler("myapp_hello")
+async def hello(ctx: jobsd.JobContext) -> dict[str, str]:
+    return {"hello": ctx.payload["name"]}
+"""
+
+
+def test_run_imports_handlers_from_the_current_directory_without_pythonpath(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # README: JOBSD_HANDLERS=myapp.jobs from the project's directory, no PYTHONPATH
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "jobs.py").write_text(HANDLER_MODULE)
+    env = make_env(db_url, JOBSD_HANDLERS="myapp.jobs")
+    del env["PYTHONPATH"]
+    # the installed script: `python -m jobsd` would put the directory on sys.path itself
+    script = Path(sys.executable).parent / "jobsd"
+    if not script.exists():
+        pytest.skip("no installed jobsd script")
+    job_id = make_job(conn, type="myapp_hello", payload={"name": "cwd"})
+    daemon = Proc(["bash", "-c", f'cd "{tmp_path}" && exec "{script}" run'], env)
+    try:
+        daemon.wait_ready()
+        row = wait_status(conn, job_id, "succeeded")
+        assert row["report"] == {"hello": "cwd"}
+        daemon.send(signal.SIGTERM)
+        assert daemon.wait(20) == 0
+    finally:
+        daemon.kill()
 
 
 def test_run_after_takes_iso_8601_with_z(db_url: str, conn: psycopg.Connection[Any]) -> None:
