@@ -1,6 +1,6 @@
-"""The command line of issue 14: ``jobsd retry``, ``jobsd jobs list``, ``jobsd run``
-without handlers and with handlers from the current directory, ``--run-after`` with
-offsets, one-line usage errors."""
+"""The command line of issue 14: ``jobsd retry`` (``--force`` for an at_most_once
+type), ``jobsd jobs list``, ``jobsd run`` without handlers and with handlers from the
+current directory, ``--run-after`` with offsets, one-line usage errors."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from support.jobs import make_job
 
-from .conftest import Proc, make_env, run_cli, wait_status
+from .conftest import Proc, job_status, make_env, run_cli, wait_status
 from .test_cli import assert_one_line_error
 
 pytestmark = pytest.mark.timeout(120)
@@ -139,3 +139,28 @@ def test_run_after_takes_iso_8601_with_z(db_url: str, conn: psycopg.Connection[A
     bad = run_cli("enqueue", "noop", "--org", "acme", "--run-after", "soon", env=env)
     assert_one_line_error(bad, "--run-after", "'soon' is not a time", "jobsd enqueue --help")
     assert bad.returncode == 2
+
+
+def test_retry_of_an_at_most_once_type_needs_force(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    env = make_env(db_url)
+    # what a daemon with an at_most_once handler of the type records (workers_register)
+    conn.execute(
+        "INSERT INTO jobsd.job_types (type, delivery, max_attempts) "
+        "VALUES ('charge_card', 'at_most_once', 1)"
+    )
+    job_id = make_job(conn, type="charge_card", status="failed", claim={"attempts": 1})
+    refused = run_cli("retry", str(job_id), env=env)
+    assert_one_line_error(refused, f"retry of job {job_id} refused", "at_most_once", "--force")
+    assert job_status(conn, job_id) == "failed"
+    forced = run_cli("retry", str(job_id), "--force", env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout == f"job {job_id} queued again (attempt 2 next)\n"
+    last = conn.execute(
+        "SELECT from_status, to_status, reason, worker_id FROM jobsd.job_events "
+        "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+        (job_id,),
+    ).fetchone()
+    assert last is not None and last[:3] == ("failed", "queued", "retry (forced)"), last
+    assert str(last[3]).startswith("cli:"), last
