@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import signal
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -80,3 +82,35 @@ def test_dev_runs_on_a_throwaway_postgres_and_removes_it_on_ctrl_c(
     assert list(shared_tmp.iterdir()) == [], "the throwaway cluster's directory is gone"
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=2).close()
+
+
+def test_dev_overview_shows_the_example_jobs_flowing(
+    spawn: Callable[..., Proc], shared_tmp: Path
+) -> None:
+    # as the README's first command runs it: the example feeder on, nothing configured
+    env = make_env(None, TMPDIR=str(shared_tmp))
+    env.pop("JOBSD_HANDLERS")
+    env.pop("JOBSD_ALLOW_INSECURE", None)
+    dev = spawn("dev", env=env)
+    dashboard = dev.wait_for(r"^Dashboard: (http://\S+)/ui$", timeout_s=90).group(1)
+    login_token = dev.wait_for(r"^\s+(jobsd_[A-Za-z0-9_-]{43})$").group(1)
+    dev.wait_for(r"Stop with Ctrl-C")
+    succeeded = re.compile(r'<tr data-queue="default">.*?<td class="num ok">(\d+)</td>', re.S)
+    seen: list[int] = []
+    with httpx.Client(base_url=dashboard, trust_env=False) as browser:
+        assert browser.post("/ui/login", data={"token": login_token}).status_code == 303
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            page = browser.get("/ui")
+            assert page.status_code == 200, page.text
+            found = succeeded.search(page.text)
+            assert found is not None, "the overview shows the default queue"
+            seen.append(int(found.group(1)))
+            if len(set(seen)) >= 3 and seen[-1] > seen[0]:
+                break
+            time.sleep(0.5)  # a person reloading the page, not a synchronization
+    # the count of succeeded jobs in the last hour rose while we watched
+    assert len(set(seen)) >= 3 and seen[-1] > seen[0], seen
+    dev.send(signal.SIGINT)
+    assert dev.wait(30) == 0
+    assert "Traceback" not in dev.text()
