@@ -3,7 +3,6 @@ the end's NOTIFY, within 50 ms), list and retry, on Client and SyncClient."""
 
 from __future__ import annotations
 
-import statistics
 import time
 import uuid
 from typing import Any
@@ -22,13 +21,15 @@ from .conftest import ADb, events_of, make_settings, running_daemon, wait_status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
+WAIT_RUNS = 20
+
 
 async def test_wait_returns_within_50_ms_of_the_end(
     db_url: str, db: ADb, client: jobsd.Client
 ) -> None:
     lags = []
     with psycopg.connect(db_url, autocommit=True) as conn:
-        for _ in range(5):
+        for _ in range(WAIT_RUNS):
             job_id = make_job(conn, status="running", claim={"attempts": 1})
             returned: list[tuple[float, jobsd.Job]] = []
 
@@ -40,18 +41,22 @@ async def test_wait_returns_within_50_ms_of_the_end(
                 tg.start_soon(waiter)
                 # the waiter is listening once its connection shows in pg_stat_activity
                 await _listening(db)
-                await db.execute(
-                    "UPDATE jobsd.jobs SET status = 'succeeded', finished_at = now() WHERE id = %s",
-                    (job_id,),
-                )
-                ended = time.monotonic()
+                # the end is written, then committed: the clock starts as the COMMIT is
+                # sent (the notification goes out at the commit, before its answer), so
+                # a lag is at most, never less than, the time from the commit to the return
+                async with db.transaction():
+                    await db.execute(
+                        "UPDATE jobsd.jobs SET status = 'succeeded', finished_at = now() "
+                        "WHERE id = %s",
+                        (job_id,),
+                    )
+                    committing = time.monotonic()
             at, job = returned[0]
             assert job.status == "succeeded"
-            lags.append(at - ended)
-    # the median, so that one scheduling hiccup of a loaded machine does not decide;
-    # a poll would take its interval (hundreds of ms) every time
-    assert statistics.median(lags) < 0.05, lags
-    assert max(lags) < 1.0, lags
+            lags.append(at - committing)
+    # every wait, not a median (a poll would take its interval, hundreds of ms): on the
+    # 2-core machine under a load of 4 to 7, 400 such waits returned in 1 to 27 ms
+    assert max(lags) < 0.05, [round(lag * 1000, 1) for lag in lags]
 
 
 async def _listening(db: ADb) -> None:
