@@ -277,9 +277,7 @@ async def test_a_refused_tick_is_counted_once_and_the_next_tick_still_fires(
         passes = [await peer.run_once() for peer in peers]
     assert [p.refused for p in passes] == [1, 0, 0]  # once, by one scheduler
     # only this logger's warnings (another test may have left handlers and levels set)
-    warned = [
-        r for r in caplog.records if r.name == "jobsd.worker.scheduler" and r.levelno >= 30
-    ]
+    warned = [r for r in caplog.records if r.name == "jobsd.worker.scheduler" and r.levelno >= 30]
     assert [r.message for r in warned] == ["schedule.refused"]
     assert "is full" in warned[0].reason  # type: ignore[attr-defined]
     again = [await peer.run_once() for peer in peers]  # no retry, by anyone
