@@ -52,6 +52,13 @@ class Heartbeat:
     def __post_init__(self) -> None:
         self._last_beat = self.clock.monotonic()
 
+    def stalled(self, bound_s: float) -> bool:
+        """Say whether no beat has been written for more than ``bound_s``, or three beat
+        periods when longer (the database away): the watchdog then stops pinging, as the
+        leases of the held jobs are running out."""
+        bound = max(bound_s, 3 * self.cfg.beat_s)
+        return self.clock.monotonic() - self._last_beat > bound
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Tick every ``tick_s`` (jittered) until cancelled."""
         await run_loop(

@@ -246,9 +246,16 @@ class Daemon:
         return True
 
     def making_progress(self) -> bool:
-        """Say whether outcomes get written: none has waited past ``JOBSD_OUTCOME_STALL_AFTER``
-        without a write settling any (for the watchdog and /readyz)."""
-        return not self.completer.stalled(self.settings.outcome_stall_after)
+        """Say whether the services that write get their writes through (for the watchdog
+        and /readyz): no outcome has waited past ``JOBSD_OUTCOME_STALL_AFTER`` without a
+        write settling any, and the heartbeat and the sweeper's passes have completed
+        within that bound (or three of their intervals, when longer)."""
+        bound = self.settings.outcome_stall_after
+        return not (
+            self.completer.stalled(bound)
+            or self.heartbeat.stalled(bound)
+            or self.sweeper.stalled(bound)
+        )
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""

@@ -98,6 +98,21 @@ class Sweeper:
         # a step of the database's clock within a tenth of the lease cannot push a
         # live owner's heartbeat (at most ~0.8 of the lease old) past it
         self.clock_watch = DbClockWatch(hold_s=cfg.stale_after_s, slack_s=cfg.stale_after_s / 10)
+        # when a pass of each kind last ended without the database refusing it
+        self._passed_at = {"death check": clock.monotonic(), "sweep": clock.monotonic()}
+
+    def stalled(self, bound_s: float) -> bool:
+        """Say whether a kind of pass (death check, sweep) has not completed for more than
+        ``bound_s``, or three of its intervals when longer (the database away, or
+        refusing every pass): the watchdog then stops pinging."""
+        now = self.clock.monotonic()
+        intervals = {
+            "death check": self.cfg.death_check_interval_s,
+            "sweep": self.cfg.sweep_interval_s,
+        }
+        return any(
+            now - at > max(bound_s, 3 * intervals[kind]) for kind, at in self._passed_at.items()
+        )
 
     async def run_once(self, *, now: datetime | None = None) -> SweepCounts:
         """Do one pass (dead owners, then stale heartbeats); return how many jobs went
@@ -111,29 +126,36 @@ class Sweeper:
         heartbeats every ``sweep_interval_s`` (both jittered), until cancelled."""
         async with anyio.create_task_group() as tg:
             for operation, step, interval_s in (
-                ("death check", self._survive(self.check_deaths), self.cfg.death_check_interval_s),
-                ("sweep", self._survive(self.sweep_stale), self.cfg.sweep_interval_s),
+                (
+                    "death check",
+                    self._survive(self.check_deaths, "death check"),
+                    self.cfg.death_check_interval_s,
+                ),
+                ("sweep", self._survive(self.sweep_stale, "sweep"), self.cfg.sweep_interval_s),
             ):
                 wait = pause(interval_s, self.clock)
                 tg.start_soon(run_loop, operation, step, wait, self.clock)
             task_status.started()
 
     def _survive(
-        self, step: Callable[[], Awaitable[SweepCounts]]
+        self, step: Callable[[], Awaitable[SweepCounts]], kind: str = "sweep"
     ) -> Callable[[], Awaitable[SweepCounts]]:
         """Wrap a pass so that a statement the database refuses (poison, not an outage)
         is logged with its cause and the pass tried again at the next interval, not
-        retried at once forever, nor the end of the daemon."""
+        retried at once forever, nor the end of the daemon. A pass that completes is
+        recorded for ``stalled``."""
 
         async def guarded() -> SweepCounts:
             try:
-                return await step()
+                counts = await step()
             except BackendUnavailable:
                 raise
             except DatabaseError as exc:
                 self.stats.sweeps_refused += 1
                 log.error("sweeper.refused", extra={"error": cause_of(exc)}, exc_info=True)
                 return Counter()
+            self._passed_at[kind] = self.clock.monotonic()
+            return counts
 
         return guarded
 

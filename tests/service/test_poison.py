@@ -281,3 +281,42 @@ async def test_the_completer_says_it_is_stalled_when_outcomes_wait_unwritten(
     completer._inbox.put(object())  # type: ignore[arg-type]  # an outcome waiting
     clock.advance(61)
     assert completer.stalled(60.0)
+
+
+async def test_the_sweeper_says_it_is_stalled_when_its_passes_are_refused(
+    pool: AsyncPool, registry: Registry
+) -> None:
+    clock = ManualClock()
+    cfg = _sweeper_settings()
+    sweeper = Sweeper(pool, cfg, clock, registry, DaemonStats(), lambda job: None)
+
+    async def refused() -> SweepCounts:
+        raise DatabaseError("sweep failed: too much")
+
+    # bounds: the death check's 60 s (the given bound), the sweep's 3 x 60 s interval
+    clock.advance(50)
+    assert await sweeper._survive(refused, "sweep")() == {}
+    assert not sweeper.stalled(60.0)
+    clock.advance(131)
+    assert await sweeper._survive(refused, "sweep")() == {}
+    assert sweeper.stalled(60.0)  # passes keep ending, none of them went through
+    # real passes of both kinds on the database end the stall
+    assert await sweeper._survive(sweeper.check_deaths, "death check")() == {}
+    assert sweeper.stalled(60.0)  # the sweep itself still has not passed
+    assert await sweeper._survive(sweeper.sweep_stale, "sweep")() == {}
+    assert not sweeper.stalled(60.0)
+
+
+async def test_the_heartbeat_says_it_is_stalled_when_no_beat_is_written(pool: AsyncPool) -> None:
+    clock = ManualClock()
+    holdings = Holdings(1, clock)
+    heartbeat = Heartbeat(pool, HeartbeatSettings(tick_s=1.0, beat_s=10.0), clock, holdings)
+    assert not heartbeat.stalled(60.0)
+    clock.advance(61)
+    assert heartbeat.stalled(60.0)  # no tick ran for longer than the bound
+    await heartbeat.run_once()  # a beat on the real database (nothing held)
+    assert not heartbeat.stalled(60.0)
+    clock.advance(25)
+    assert not heartbeat.stalled(20.0)  # three beat periods (30 s) when longer than the bound
+    clock.advance(6)
+    assert heartbeat.stalled(20.0)
