@@ -12,6 +12,8 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,34 +119,28 @@ except jobsd.BackendUnavailable:
 """
 
 # the same, closed by hand while their pool still tries to connect
-DOWN_ASYNC_CLOSE = """
-import asyncio
-
-import jobsd
-
-
-async def main() -> None:
-    try:
-        await jobsd.enqueue("import_csv", {"file": "a.csv"}, org_id="acme")
-    except jobsd.BackendUnavailable:
-        pass
-    finally:
-        await jobsd.aclose()
+DOWN_ASYNC_CLOSE = DOWN_ASYNC.replace(
+    "        pass\n", "        pass\n    finally:\n        await jobsd.aclose()\n"
+)
+DOWN_SYNC_CLOSE = DOWN_SYNC.replace("    pass\n", "    pass\nfinally:\n    jobsd.close()\n")
+assert "aclose" in DOWN_ASYNC_CLOSE and "close()" in DOWN_SYNC_CLOSE
 
 
-asyncio.run(main())
-"""
+def client_env(url: str, **extra: str) -> dict[str, str]:
+    """The environment of a pattern: no inherited JOBSD_* or PG*, jobsd's URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSD_", "PG"))}
+    return env | {"JOBSD_DATABASE_URL": url, **extra}
 
-DOWN_SYNC_CLOSE = """
-import jobsd
 
-try:
-    jobsd.enqueue_sync("import_csv", {"file": "a.csv"}, org_id="acme")
-except jobsd.BackendUnavailable:
-    pass
-finally:
-    jobsd.close()
-"""
+@contextmanager
+def silent_database() -> Iterator[dict[str, str]]:
+    """A listening socket that never accepts (libpq's connection waits for an answer),
+    and the environment of a pattern pointed at it."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        yield client_env(f"postgresql://postgres@127.0.0.1:{port}/x", JOBSD_ALLOW_INSECURE="1")
 
 
 def socket_url(cluster: EmbeddedPostgres | None, db_url: str) -> tuple[str, dict[str, str]]:
@@ -165,10 +161,7 @@ def test_documented_patterns_exit_cleanly_50_times_each(
     pg_cluster: EmbeddedPostgres | None, db_url: str, tmp_path: Path
 ) -> None:
     url, extra = socket_url(pg_cluster, db_url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSD_", "PG"))} | {
-        "JOBSD_DATABASE_URL": url,
-        **extra,
-    }
+    env = client_env(url, **extra)
     reports = run_patterns(
         {"async": ASYNC_PATTERN, "sync": SYNC_PATTERN}, env, tmp_path, runs=RUNS, parallel=8
     )
@@ -185,10 +178,7 @@ def test_patterns_closing_early_exit_cleanly(
     pg_cluster: EmbeddedPostgres | None, db_url: str, tmp_path: Path
 ) -> None:
     url, extra = socket_url(pg_cluster, db_url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSD_", "PG"))} | {
-        "JOBSD_DATABASE_URL": url,
-        **extra,
-    }
+    env = client_env(url, **extra)
     reports = run_patterns(
         {"async": ASYNC_CLOSE_PATTERN, "sync": SYNC_CLOSE_PATTERN},
         env,
@@ -205,15 +195,7 @@ def test_patterns_closing_early_exit_cleanly(
 
 
 def test_patterns_end_when_the_database_does_not_answer(tmp_path: Path) -> None:
-    # a listening socket that never accepts: libpq's connection waits for an answer
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(64)
-        port = silent.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSD_", "PG"))} | {
-            "JOBSD_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x",
-            "JOBSD_ALLOW_INSECURE": "1",
-        }
+    with silent_database() as env:
         reports = run_patterns(
             {"async": DOWN_ASYNC, "sync": DOWN_SYNC}, env, tmp_path, runs=4, parallel=4
         )
@@ -227,14 +209,7 @@ KNOWN_CLOSE_WARNING = "error connecting in 'client': connection timeout expired"
 
 
 def test_patterns_closing_early_end_when_the_database_does_not_answer(tmp_path: Path) -> None:
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(64)
-        port = silent.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSD_", "PG"))} | {
-            "JOBSD_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x",
-            "JOBSD_ALLOW_INSECURE": "1",
-        }
+    with silent_database() as env:
         reports = run_patterns(
             {"async": DOWN_ASYNC_CLOSE, "sync": DOWN_SYNC_CLOSE},
             env,
