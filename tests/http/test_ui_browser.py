@@ -234,6 +234,8 @@ async def test_the_dashboard_in_chromium(db_url: str, chromium: Any, shots: Path
         assert "paused" in await mail.inner_text()
         assert await mail.locator("svg.chart rect").count() > 10
         assert daemon.settings.worker_id in await b.page.locator("body").inner_text()
+        # who is logged in: an operator's token belongs to no org (issue 13)
+        assert await b.page.locator(".who .org").inner_text() == "every org"
         await b.shot("overview")
 
         # cancel the running job; the cancel shows in its history with the actor
@@ -292,6 +294,7 @@ async def test_the_dashboard_in_chromium(db_url: str, chromium: Any, shots: Path
         )
         status = refused.status
         assert status == 403
+        assert await o.page.locator(".who .org").inner_text() == "acme"
         await o.shot("overview-org")
         with psycopg.connect(db_url, autocommit=True) as conn:
             row = conn.execute(
