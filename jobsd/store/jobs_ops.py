@@ -180,9 +180,12 @@ async def retry_job(
     type without ``force``, a dependency not succeeded): then nothing changed.
     """
     params = _retry_params(job_id, actor, force, org_id)
+    # one transaction: the job is read back as the retry left it (queued), before a
+    # daemon can claim it
     with db_errors(f"retry of job {job_id}"):
-        result = await run_for_org(conn, org_id, "jobs_retry", params)
-        rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
+        async with conn.transaction():
+            result = await run_for_org(conn, org_id, "jobs_retry", params)
+            rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
     return _retried(job_id, str(result[0]["outcome"]), rows, org_id)
 
 
@@ -196,7 +199,7 @@ def retry_job_sync(
 ) -> Job:
     """Give a failed or cancelled job a new attempt; see ``retry_job`` (sync)."""
     params = _retry_params(job_id, actor, force, org_id)
-    with db_errors(f"retry of job {job_id}"):
+    with db_errors(f"retry of job {job_id}"), conn.transaction():  # as retry_job
         result = _run_for_org_sync(conn, org_id, "jobs_retry", params)
         rows = _run_for_org_sync(conn, org_id, "jobs_get", {"id": job_id})
     return _retried(job_id, str(result[0]["outcome"]), rows, org_id)
