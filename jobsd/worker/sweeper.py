@@ -98,20 +98,22 @@ class Sweeper:
         # a step of the database's clock within a tenth of the lease cannot push a
         # live owner's heartbeat (at most ~0.8 of the lease old) past it
         self.clock_watch = DbClockWatch(hold_s=cfg.stale_after_s, slack_s=cfg.stale_after_s / 10)
-        # when a pass of each kind last ended without the database refusing it
-        self._passed_at = {"death check": clock.monotonic(), "sweep": clock.monotonic()}
+        # each kind of pass, its interval, and when it last ended without the database
+        # refusing it
+        self._intervals = {
+            "death check": cfg.death_check_interval_s,
+            "sweep": cfg.sweep_interval_s,
+        }
+        self._passed_at = dict.fromkeys(self._intervals, clock.monotonic())
 
     def stalled(self, bound_s: float) -> bool:
         """Say whether a kind of pass (death check, sweep) has not completed for more than
         ``bound_s``, or three of its intervals when longer (the database away, or
         refusing every pass): the watchdog then stops pinging."""
         now = self.clock.monotonic()
-        intervals = {
-            "death check": self.cfg.death_check_interval_s,
-            "sweep": self.cfg.sweep_interval_s,
-        }
         return any(
-            now - at > max(bound_s, 3 * intervals[kind]) for kind, at in self._passed_at.items()
+            now - at > max(bound_s, 3 * self._intervals[kind])
+            for kind, at in self._passed_at.items()
         )
 
     async def run_once(self, *, now: datetime | None = None) -> SweepCounts:
@@ -125,14 +127,9 @@ class Sweeper:
         """Sweep at start, then check deaths every ``death_check_interval_s`` and
         heartbeats every ``sweep_interval_s`` (both jittered), until cancelled."""
         async with anyio.create_task_group() as tg:
-            for operation, step, interval_s in (
-                (
-                    "death check",
-                    self._survive(self.check_deaths, "death check"),
-                    self.cfg.death_check_interval_s,
-                ),
-                ("sweep", self._survive(self.sweep_stale, "sweep"), self.cfg.sweep_interval_s),
-            ):
+            steps = {"death check": self.check_deaths, "sweep": self.sweep_stale}
+            for operation, interval_s in self._intervals.items():
+                step = self._survive(steps[operation], operation)
                 wait = pause(interval_s, self.clock)
                 tg.start_soon(run_loop, operation, step, wait, self.clock)
             task_status.started()
