@@ -165,9 +165,7 @@ def test_documented_patterns_exit_cleanly_50_times_each(
     reports = run_patterns(
         {"async": ASYNC_PATTERN, "sync": SYNC_PATTERN}, env, tmp_path, runs=RUNS, parallel=8
     )
-    for name, report in reports.items():
-        stderr = [e for e in report["stderr"] if not (extra and _only_insecure_warning(e))]
-        assert (report["hangs"], report["failed"], stderr[:3]) == (0, 0, []), name
+    assert_clean(reports, insecure_warning=bool(extra))
     with psycopg.connect(db_url) as conn:
         count = conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone()
     assert count == (4 * RUNS,)
@@ -186,9 +184,7 @@ def test_patterns_closing_early_exit_cleanly(
         runs=CLOSE_RUNS,
         parallel=4,
     )
-    for name, report in reports.items():
-        stderr = [e for e in report["stderr"] if not (extra and _only_insecure_warning(e))]
-        assert (report["hangs"], report["failed"], stderr[:3]) == (0, 0, []), name
+    assert_clean(reports, insecure_warning=bool(extra))
     with psycopg.connect(db_url) as conn:
         count = conn.execute("SELECT count(*) FROM jobsd.jobs").fetchone()
     assert count == (6 * CLOSE_RUNS,)
@@ -199,9 +195,7 @@ def test_patterns_end_when_the_database_does_not_answer(tmp_path: Path) -> None:
         reports = run_patterns(
             {"async": DOWN_ASYNC, "sync": DOWN_SYNC}, env, tmp_path, runs=4, parallel=4
         )
-    for name, report in reports.items():
-        stderr = [e for e in report["stderr"] if not _only_insecure_warning(e)]
-        assert (report["hangs"], report["failed"], stderr[:3]) == (0, 0, []), name
+    assert_clean(reports, insecure_warning=True)
 
 
 # what psycopg_pool logs when a pool closed by hand waits out a connection attempt
@@ -232,6 +226,16 @@ def test_patterns_closing_early_end_when_the_database_does_not_answer(tmp_path: 
         # and psycopg_pool logs its failure twice; the loop's end cancels the attempt,
         # quietly. jobsd/client.py's close should end such attempts at once and quietly.
         pytest.xfail(f"{len(known)} lines {KNOWN_CLOSE_WARNING!r} on stderr")
+
+
+def assert_clean(reports: dict[str, Any], *, insecure_warning: bool) -> None:
+    """Every run of every pattern ended, exited 0 and wrote nothing on stderr (but, with
+    ``insecure_warning``, the one plaintext-connection warning)."""
+    for name, report in reports.items():
+        stderr = [
+            e for e in report["stderr"] if not (insecure_warning and _only_insecure_warning(e))
+        ]
+        assert (report["hangs"], report["failed"], stderr[:3]) == (0, 0, []), name
 
 
 def run_patterns(
