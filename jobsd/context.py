@@ -67,7 +67,9 @@ class JobContext:
         # taken by a heartbeat whose write is not confirmed yet: if the job ends first,
         # that write finds the job no longer running and the final write must carry them
         self._sending: dict[str, Any] = {}
-        self._cancelled = threading.Event()
+        # a flag, not a threading.Event: set once by the daemon, read by the handler
+        # (a sync one from its thread: one attribute write is atomic)
+        self._cancelled = False
         self.max_progress_bytes = max_progress_bytes
         self.progress_too_large: str | None = None
         """set when a ``progress`` call went over the cap: the run fails with it"""
@@ -81,11 +83,11 @@ class JobContext:
         Async handlers are cancelled outright; a sync handler's thread cannot be, so it
         should check this between steps.
         """
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def mark_cancelled(self) -> None:
         """Raise the ``cancelled`` flag (the daemon does; handlers only read it)."""
-        self._cancelled.set()
+        self._cancelled = True
 
     def progress(self, done: int | None = None, total: int | None = None, **fields: Any) -> _Done:
         """Record progress; jobsd writes it in the background, throttled.

@@ -120,5 +120,9 @@ def storable_json(value: Any) -> str:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(f"value is not storable as JSON: {exc}") from exc
-    text = _ESCAPED_NUL.sub(lambda m: m.group(0)[:-6] + "\\ufffd", text)
-    return _SURROGATE.sub(_REPLACEMENT, text)
+    # each pass only where it can match (twice per finished job otherwise)
+    if not text.isascii():
+        text = _SURROGATE.sub(_REPLACEMENT, text)
+    if "\\u0000" in text:
+        text = _ESCAPED_NUL.sub(lambda m: m.group(0)[:-6] + "\\ufffd", text)
+    return text

@@ -18,7 +18,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -67,20 +67,27 @@ class JobSpan:
             self._span.set_status(Status(StatusCode.ERROR, error or reason))
 
 
-@contextmanager
-def job_span(job: Job) -> Iterator[JobSpan]:
+_NO_SPAN = JobSpan(None)
+
+
+def job_span(job: Job) -> AbstractContextManager[JobSpan]:
     """Run the block in the span of ``job``'s run (a no-op without OpenTelemetry)."""
     if not _otel_installed():
-        yield JobSpan(None)
-        return
-    from opentelemetry import propagate, trace
+        return nullcontext(_NO_SPAN)
+    from opentelemetry import trace
 
     unset = trace.ProxyTracerProvider | trace.NoOpTracerProvider
     if isinstance(trace.get_tracer_provider(), unset):
         # installed (often as another package's dependency) but never configured: no
         # span would be recorded, so the run pays for none (about 7 % of a no-op job)
-        yield JobSpan(None)
-        return
+        return nullcontext(_NO_SPAN)
+    return _recorded_span(job)
+
+
+@contextmanager
+def _recorded_span(job: Job) -> Iterator[JobSpan]:
+    from opentelemetry import propagate, trace
+
     parent = None
     links = []
     if job.trace_context:

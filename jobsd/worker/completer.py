@@ -212,15 +212,18 @@ class Completer:
                 discarded.append(job_id)
                 continue
             self.stats.finished[(self.stats.label(job.type), str(job.status))] += 1
-            log.info(
-                "job.finished",
-                extra={
-                    "job_id": str(job_id),
-                    "type": job.type,
-                    "status": str(job.status),
-                    "duration_s": round(self.clock.monotonic() - result.held.started_monotonic, 6),
-                },
-            )
+            if log.isEnabledFor(logging.INFO):  # the record's fields cost even when dropped
+                log.info(
+                    "job.finished",
+                    extra={
+                        "job_id": str(job_id),
+                        "type": job.type,
+                        "status": str(job.status),
+                        "duration_s": round(
+                            self.clock.monotonic() - result.held.started_monotonic, 6
+                        ),
+                    },
+                )
             if job.status == "failed":
                 self.on_failed(job.applied_to(result.held.job, result.outcome.report_json))
             elif job.status == "recovery_required" and self.on_recovery is not None:

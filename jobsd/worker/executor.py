@@ -17,6 +17,7 @@ it and attempts remain (then ``scheduled``, reason ``retry``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import uuid
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from jobsd.context import JobContext
 from jobsd.models import Job
@@ -91,7 +92,16 @@ class RunnerSettings:
 
 @dataclass(eq=False, repr=False)
 class JobRunner:
-    """Start claimed jobs and see each through to an outcome for ``submit`` (the completer)."""
+    """Start claimed jobs and see each through to an outcome for ``submit`` (the completer).
+
+    Each run is an asyncio task of its own (its own context, as with a task group),
+    created directly: an anyio task group's spawn cost about five times as much (26
+    against 4.5 µs per task here), a fifth of the daemon's CPU per no-op job. The runner keeps
+    what the task group gave: each run has a cancel scope, ``run`` cancels the runs
+    still going when it ends and waits for them to write their jobs back, and a run
+    that fails (a bug: ``_execute`` turns every handler error into an outcome) ends
+    ``run`` with that error.
+    """
 
     cfg: RunnerSettings
     clock: Clock
@@ -100,7 +110,10 @@ class JobRunner:
     stats: DaemonStats
     submit: Callable[[Held, Outcome], None]
     children: ChildPool = field(init=False)
-    _tg: TaskGroup | None = field(default=None, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _scopes: set[anyio.CancelScope] = field(default_factory=set, init=False)
+    _hosting: bool = field(default=False, init=False)
+    _crash: BaseException | None = field(default=None, init=False)
     _abandoned: dict[uuid.UUID, threading.Thread] = field(default_factory=dict, init=False)
     _closing: anyio.Event = field(default_factory=anyio.Event, init=False)
 
@@ -122,21 +135,44 @@ class JobRunner:
 
         Without a free slot (a job claimed ahead) it waits, held, until a run ends.
         """
-        assert self._tg is not None, "JobRunner.start before run"
+        assert self._hosting, "JobRunner.start before run"
         if self.holdings.free <= 0:
             self.holdings.add_waiting(job, make_context(job, self.cfg.max_progress_bytes))
             if self._closing.is_set():  # claimed while stopping: give it back at once
                 self._give_back_waiting()
             return
-        held = self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes))
-        self._tg.start_soon(self._execute, held, name=f"job {job.id}")
+        self._spawn(self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes)))
 
     def _start_waiting(self) -> None:
         """Start jobs claimed ahead while slots are free (never once closing)."""
-        if self._tg is None or self._closing.is_set():
+        if not self._hosting or self._closing.is_set():
             return
         while (held := self.holdings.next_waiting()) is not None:
-            self._tg.start_soon(self._execute, held, name=f"job {held.job.id}")
+            self._spawn(held)
+
+    def _spawn(self, held: Held) -> None:
+        # the run's scope exists before its task starts: a cancel in between reaches it
+        scope = anyio.CancelScope()
+        self._scopes.add(scope)
+        task = asyncio.get_running_loop().create_task(self._run_in(scope, held))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    async def _run_in(self, scope: anyio.CancelScope, held: Held) -> None:
+        try:
+            with scope:
+                await self._execute(held)
+        finally:
+            self._scopes.discard(scope)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or self._crash is not None:
+            return
+        crash = task.exception()
+        if crash is not None:
+            self._crash = crash
+            self._closing.set()  # ``run`` ends and raises it, as a task group would
 
     def _give_back_waiting(self) -> None:
         """Hand the jobs claimed ahead and never started to the completer: back to
@@ -156,18 +192,29 @@ class JobRunner:
             if self._uses_children():
                 with anyio.move_on_after(60):
                     await self.children.warm(min(self.cfg.slots, self.cfg.warm_children))
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                task_status.started()
+            self._hosting = True
+            task_status.started()
+            try:
                 await self._closing.wait()
                 self._give_back_waiting()
                 with anyio.move_on_after(self.cfg.grace_s):
                     await self.holdings.wait_idle()
-                tg.cancel_scope.cancel()
+            finally:
+                self._hosting = False
+                with anyio.CancelScope(shield=True):
+                    await self._cancel_runs()
+            if self._crash is not None:
+                raise self._crash
         finally:
-            self._tg = None
             with anyio.CancelScope(shield=True):
                 await self.children.aclose()
+
+    async def _cancel_runs(self) -> None:
+        """Cancel the runs still going and wait until each has written its job back."""
+        while self._tasks:
+            tasks = list(self._tasks)
+            self.cancel()
+            await asyncio.wait(tasks)
 
     def thread_alive(self, job_id: uuid.UUID) -> bool:
         """Say whether a sync handler's thread abandoned for ``job_id`` still runs."""
@@ -190,8 +237,10 @@ class JobRunner:
 
     def cancel(self) -> None:
         """Cancel the running handlers now (a second stop request)."""
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
+        # through each run's scope, as a task group's cancel would: a handler that
+        # has just returned is not interrupted on its way out
+        for scope in list(self._scopes):
+            scope.cancel()
 
     async def _execute(self, held: Held) -> Outcome:
         job = held.job

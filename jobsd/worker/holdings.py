@@ -54,6 +54,7 @@ class Holdings:
         self._runs: dict[uuid.UUID, list[Held]] = {}  # by job id: a claim finds earlier runs
         self._running = 0
         self._changed = anyio.Event()
+        self._watched = False  # someone waits on _changed: a change must set it
 
     @property
     def free(self) -> int:
@@ -189,8 +190,12 @@ class Holdings:
             await self._wait_change()
 
     async def _wait_change(self) -> None:
+        self._watched = True
         await self._changed.wait()
 
     def _signal(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        # twice per job: a new event only when the last one had waiters
+        if self._watched:
+            self._watched = False
+            self._changed.set()
+            self._changed = anyio.Event()

@@ -137,10 +137,10 @@ async def run_handler(
                 )
             return await _call(spec, ctx, thread)
 
-        with anyio.CancelScope() as scope:
-            if spec.timeout_s is None and stall_after_s is None:
-                answer = await call()  # no limits: no watchdog task on the hot path
-            else:
+        if spec.timeout_s is None and stall_after_s is None:
+            answer = await call()  # no limits: no watchdog task, no scope on the hot path
+        else:
+            with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_watchdog, ctx, scope, watch, spec.timeout_s, stall_after_s)
                     try:
@@ -151,17 +151,17 @@ async def run_handler(
                         # raised outside the task group, or it would come as a group
                         raised = exc
                     tg.cancel_scope.cancel()
-        if raised is not None:
-            raise raised
-        if watch.ended is not None and scope.cancelled_caught:
-            if (
-                not isolated
-                and thread.thread is not None
-                and thread.alive
-                and abandoned is not None
-            ):
-                abandoned[job.id] = thread.thread
-            return _ended_by_watch(job, spec, ctx, watch, thread, isolated)
+            if raised is not None:
+                raise raised
+            if watch.ended is not None and scope.cancelled_caught:
+                if (
+                    not isolated
+                    and thread.thread is not None
+                    and thread.alive
+                    and abandoned is not None
+                ):
+                    abandoned[job.id] = thread.thread
+                return _ended_by_watch(job, spec, ctx, watch, thread, isolated)
     except anyio.get_cancelled_exc_class():
         raise
     except ProgressTooLarge:
