@@ -26,9 +26,9 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     Table,
     Text,
-    UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
@@ -118,7 +118,16 @@ jobs = Table(
     CheckConstraint("char_length(type) <= 200", name="jobs_type_size"),
     CheckConstraint("char_length(dedup_key) <= 512", name="jobs_dedup_key_size"),
     CheckConstraint("octet_length(org_id) <= 255", name="jobs_org_id_size"),
-    UniqueConstraint("org_id", "dedup_key", name="jobs_org_dedup_key_key"),
+)
+
+# one dedup key per org among the jobs that hold one (a unique index on those rows
+# only since migration 0020: a job without a key, or ended, costs it nothing)
+Index(
+    "jobs_org_dedup_key_key",
+    jobs.c.org_id,
+    jobs.c.dedup_key,
+    unique=True,
+    postgresql_where=jobs.c.dedup_key.isnot(None),
 )
 
 Index(
@@ -136,13 +145,8 @@ Index(
     jobs.c.id,
     postgresql_where=jobs.c.status == "queued",
 )
-Index(
-    "jobs_open_by_queue_idx",
-    jobs.c.queue,
-    jobs.c.status,
-    postgresql_where=jobs.c.status.not_in(["succeeded", "failed", "cancelled"]),
-)
-# 0012_tenant: an org's open (and running) jobs in a queue, for its per-org limits
+# 0012_tenant: an org's open (and running) jobs in a queue, for its per-org limits and
+# (since 0020, which dropped jobs_open_by_queue_idx) every count of open jobs by queue
 Index(
     "jobs_open_by_queue_org_idx",
     jobs.c.queue,
@@ -162,7 +166,8 @@ Index("jobs_finished_idx", jobs.c.finished_at, postgresql_where=jobs.c.finished_
 job_events = Table(
     "job_events",
     metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    # the primary key is (job_id, id) since migration 0020: a job's history in order
+    Column("id", BigInteger, Identity(always=True), nullable=False),
     # 0010_hotpath: no foreign key (a statement trigger deletes a deleted job's events)
     Column("job_id", UUID(as_uuid=True), nullable=False),
     Column("org_id", Text, nullable=False),
@@ -172,9 +177,8 @@ job_events = Table(
     Column("worker_id", Text),
     Column("reason", Text),
     Column("at", _TIMESTAMPTZ, nullable=False, server_default=text("clock_timestamp()")),
+    PrimaryKeyConstraint("job_id", "id", name="job_events_pkey"),
 )
-
-Index("job_events_job_idx", job_events.c.job_id, job_events.c.id)
 
 
 def enqueue(

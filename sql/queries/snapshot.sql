@@ -25,7 +25,7 @@ SELECT (SELECT max(m.version) FROM jobsd.schema_migrations AS m) AS schema_versi
 
 -- name: snapshot_queues
 -- Every queue with its controls and the number of open jobs in each open state.
--- The predicate is the one of the partial index jobs_open_by_queue_idx.
+-- The predicate is the one of the partial index jobs_open_by_queue_org_idx.
 WITH open_jobs AS (
   SELECT j.queue, j.status, count(*) AS n
   FROM jobsd.jobs AS j

@@ -25,7 +25,7 @@ ORDER BY id;
 
 -- name: ui_open_counts_org
 -- One org's open jobs by queue and state (an admin reads jobsd.queue_info instead):
--- jobs_open_by_queue_idx holds only open jobs.
+-- jobs_open_by_queue_org_idx holds only open jobs.
 SELECT queue, status, count(*) AS jobs
 FROM jobsd.jobs
 WHERE org_id = %(org_id)s
