@@ -47,15 +47,20 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
     """
     if not isinstance(value, dict):
         raise InvalidPayload(f"{what} must be a JSON object, not {type(value).__name__}")
-    check_depth(value, what=what)
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError as exc:
+        check_depth(value, what=what)
+        raise InvalidPayload(f"{what} is nested too deeply to serialize") from exc
     except ValueError as exc:
+        check_depth(value, what=what)  # a value that contains itself: nested without end
         raise InvalidPayload(f"{what} is not valid JSON: {exc}") from exc
     except TypeError as exc:
         raise InvalidPayload(f"{what} is not JSON-serializable: {exc}") from exc
-    except RecursionError as exc:
-        raise InvalidPayload(f"{what} is nested too deeply to serialize") from exc
+    # nesting needs an opening bracket per level: the walk (a Python loop over every
+    # value) only when the text holds more of them than the limit allows
+    if text.count("{") + text.count("[") > MAX_JSON_DEPTH:
+        check_depth(value, what=what)
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise InvalidPayload(f"{what} contains a NUL character (\\u0000), which Postgres rejects")
     try:

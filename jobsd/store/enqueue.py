@@ -294,7 +294,11 @@ async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
             if not any(s.dedup_key is not None or s.id_may_exist or s.depends_on for s in specs):
                 rows = await run_named_tuples(conn, "jobs_insert_many", _many_params(specs))
                 if len(rows) == len(specs):
-                    return [new_job(spec, row) for spec, row in zip(specs, rows, strict=True)]
+                    payloads = _decode_payloads(specs)
+                    return [
+                        new_job(spec, row, payload)
+                        for spec, row, payload in zip(specs, rows, payloads, strict=True)
+                    ]
                 # unreachable with fresh UUIDv7 ids: every row is new
                 raise DatabaseError(f"{operation}: {len(specs) - len(rows)} ids collided")
             async with conn.transaction():
@@ -321,11 +325,26 @@ async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
                 return result
 
 
-def new_job(spec: JobSpec, row: Row | Sequence[Any]) -> Job:
+def _decode_payloads(specs: Sequence[JobSpec]) -> list[dict[str, Any]]:
+    """Decode the payloads of a batch in one call (one ``json.loads`` per job cost a
+    sixth of a bulk-enqueued job's client CPU)."""
+    decoded: list[dict[str, Any]] = json.loads(
+        "[" + ",".join(spec.payload_json for spec in specs) + "]"
+    )
+    return decoded
+
+
+_STATUSES = {str(status): status for status in JobStatus}
+
+
+def new_job(
+    spec: JobSpec, row: Row | Sequence[Any], payload: dict[str, Any] | None = None
+) -> Job:
     """Return the job just inserted for ``spec``, from what the insert returned.
 
     ``row`` holds (id, status, run_after, created_at), as a dict or in that order: the
-    rest is the spec's, or what every new job starts with.
+    rest is the spec's, or what every new job starts with. ``payload`` is the spec's
+    payload decoded, when the caller decoded it already.
     """
     if isinstance(row, dict):
         status, run_after, created_at = row["status"], row["run_after"], row["created_at"]
@@ -336,10 +355,10 @@ def new_job(spec: JobSpec, row: Row | Sequence[Any]) -> Job:
         org_id=spec.org_id,
         type=spec.type,
         queue=spec.queue,
-        status=JobStatus(status),
+        status=_STATUSES[status],
         attempts=0,
         dedup_key=spec.dedup_key,
-        payload=json.loads(spec.payload_json),
+        payload=json.loads(spec.payload_json) if payload is None else payload,
         progress=None,
         report=None,
         error=None,
