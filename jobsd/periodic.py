@@ -252,22 +252,10 @@ class Schedule:
         return {**self.payload, TICK_KEY: {"id": self.id, "tick": tick.isoformat()}}
 
     def row(self) -> dict[str, Any]:
-        """Return the parameters of ``schedules_upsert`` (without ``now``)."""
-        return {
-            "id": self.id,
-            "type": self.type,
-            "org_id": self.org_id,
-            "queue": self.queue,
-            "cron": self.cron,
-            "every_ms": self.every_ms,
-            "timezone": self.timezone,
-            "payload": encode_object(dict(self.payload), what="payload", max_bytes=None),
-            "catch_up": self.catch_up,
-            "catch_up_max": self.catch_up_max,
-            "priority": self.priority,
-            "dedup_key": self.dedup_key,
-            "concurrency_key": self.concurrency_key,
-        }
+        """Return the parameters of ``schedules_upsert`` (without ``now``): every field,
+        the payload as JSON text."""
+        payload = encode_object(dict(self.payload), what="payload", max_bytes=None)
+        return {**{k: getattr(self, k) for k in self.__slots__}, "payload": payload}
 
 
 def _unfolded(at: datetime, zone: ZoneInfo) -> datetime:

@@ -13,15 +13,33 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from jobsd.cli.errors import friendly_errors
 from jobsd.errors import ConfigError
 from jobsd.settings import Settings, credential_database_url
 
 if TYPE_CHECKING:
     from jobsd.store.db import AsyncConn
 
-__all__ = ["Moment", "given_url", "load_settings", "require_url", "run_async", "warn_if_insecure"]
+__all__ = [
+    "Moment",
+    "database_url_option",
+    "given_url",
+    "load_settings",
+    "on_named",
+    "operator_url",
+    "require_url",
+    "run_async",
+    "warn_if_insecure",
+]
 
 T = TypeVar("T")
+
+database_url_option = click.option(
+    "--database-url",
+    envvar="JOBSD_DATABASE_URL",
+    help="libpq URL of the database (JOBSD_DATABASE_URL).",
+)
+"""``--database-url`` of the operator commands that take no other role's URL"""
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -56,6 +74,29 @@ def warn_if_insecure(url: str) -> None:
     insecure = check_url(url)
     if insecure is not None:
         click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)
+
+
+def on_named(
+    group: click.Group, verb: str, argument: str, *, metavar: str | None = None
+) -> Callable[[Callable[[str, str | None], None]], click.Command]:
+    """Declare ``jobsd <group> <verb> NAME [--database-url URL]``: the command calls
+    ``func(name, database_url)``, its errors one line (``friendly_errors``)."""
+
+    def declare(func: Callable[[str, str | None], None]) -> click.Command:
+        command = friendly_errors(func)
+        return group.command(verb)(
+            click.argument(argument, metavar=metavar)(database_url_option(command))
+        )
+
+    return declare
+
+
+def operator_url(database_url: str | None) -> str:
+    """Return the URL an operator command was given (``given_url``), after
+    ``warn_if_insecure``."""
+    url = given_url(database_url)
+    warn_if_insecure(url)
+    return url
 
 
 def run_async(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from jobsd.cli.common import given_url, warn_if_insecure
+from jobsd.cli.common import operator_url
 from jobsd.cli.errors import fail, friendly_errors
 
 __all__ = ["export"]
@@ -49,8 +49,7 @@ def export(out: Path | None, check_path: Path | None, database_url: str | None) 
 
     from jobsd.admin.snapshot import write_snapshot, write_snapshot_file
 
-    url = given_url(database_url)
-    warn_if_insecure(url)
+    url = operator_url(database_url)
     if out is None:
         try:
             write_snapshot(url, sys.stdout.buffer)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from jobsd.cli.common import given_url, run_async, warn_if_insecure
+from jobsd.cli.common import operator_url, run_async
 from jobsd.cli.errors import friendly_errors
 from jobsd.errors import ConfigError
 
@@ -114,8 +114,7 @@ def prune(
             raise ConfigError("--spare-type needs a type name")
     policies = parse_type_retention(type_retention)
     size = parse_batch_size(batch_size)
-    url = given_url(database_url)
-    warn_if_insecure(url)
+    url = operator_url(database_url)
     report = run_async(
         url,
         "prune",

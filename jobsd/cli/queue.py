@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobsd.cli.common import given_url, run_async, warn_if_insecure
+from jobsd.cli.common import database_url_option, on_named, operator_url, run_async
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.errors import UnknownQueue
 
@@ -28,11 +28,6 @@ __all__ = ["queue"]
 T = TypeVar("T")
 
 _NONE = "none"
-_database_url_option = click.option(
-    "--database-url",
-    envvar="JOBSD_DATABASE_URL",
-    help="libpq URL of the database (JOBSD_DATABASE_URL).",
-)
 
 
 def _limit_option(flag: str, metavar: str, what: str) -> Callable[[Any], Any]:
@@ -82,10 +77,8 @@ def _run(database_url: str | None, operation: str, work: Callable[[Any], Awaitab
     ``conn`` is an autocommit async connection; ``work`` opens its own transaction
     where it needs one (``jobsd.admin.queues`` does).
     """
-    url = given_url(database_url)
-    warn_if_insecure(url)
     try:
-        return run_async(url, operation, work, command="queue")
+        return run_async(operator_url(database_url), operation, work, command="queue")
     except UnknownQueue as exc:
         fail(f"unknown queue {exc.queue!r} (see `jobsd queue list`)")
     except ValueError as exc:  # e.g. dropping 'default'
@@ -132,7 +125,7 @@ def queue() -> None:
 @_capacity
 @_concurrency
 @_retention
-@_database_url_option
+@database_url_option
 @friendly_errors
 def queue_create(
     name: str,
@@ -165,7 +158,7 @@ def queue_create(
 @_retention
 @_org_running
 @_org_open
-@_database_url_option
+@database_url_option
 @friendly_errors
 def queue_set(
     name: str,
@@ -227,7 +220,7 @@ def queue_set(
 
 @queue.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per queue.")
-@_database_url_option
+@database_url_option
 @friendly_errors
 def queue_list(as_json: bool, database_url: str | None) -> None:
     """List the queues: paused or active, limits, and open jobs by state (every org's).
@@ -262,17 +255,7 @@ def queue_list(as_json: bool, database_url: str | None) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _on_named_queue(verb: str) -> Callable[[Callable[[str, str | None], None]], click.Command]:
-    """Declare ``jobsd queue <verb> NAME [--database-url URL]``."""
-
-    def declare(func: Callable[[str, str | None], None]) -> click.Command:
-        command = friendly_errors(func)
-        return queue.command(verb)(click.argument("name")(_database_url_option(command)))
-
-    return declare
-
-
-@_on_named_queue("pause")
+@on_named(queue, "pause", "name")
 def queue_pause(name: str, database_url: str | None) -> None:
     """Stop claims from queue NAME at once; running jobs finish. Idempotent."""
     from jobsd.admin.queues import pause_queue
@@ -283,7 +266,7 @@ def queue_pause(name: str, database_url: str | None) -> None:
     click.echo(f"queue {info.name!r} paused since {since}: no new claims; running jobs finish")
 
 
-@_on_named_queue("resume")
+@on_named(queue, "resume", "name")
 def queue_resume(name: str, database_url: str | None) -> None:
     """Let daemons claim from queue NAME again, and wake them now. Idempotent."""
     from jobsd.admin.queues import resume_queue
@@ -293,7 +276,7 @@ def queue_resume(name: str, database_url: str | None) -> None:
     click.echo(f"queue {info.name!r} resumed: {info.queued} queued {jobs} to claim")
 
 
-@_on_named_queue("drop")
+@on_named(queue, "drop", "name")
 def queue_drop(name: str, database_url: str | None) -> None:
     """Delete queue NAME and its finished jobs; refused while it holds open jobs.
 

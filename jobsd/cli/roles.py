@@ -10,7 +10,7 @@ import os
 
 import click
 
-from jobsd.cli.common import given_url, warn_if_insecure
+from jobsd.cli.common import operator_url
 from jobsd.cli.errors import friendly_errors
 from jobsd.errors import ConfigError
 
@@ -92,8 +92,7 @@ def roles_create(
     if tenant_case and (tenant is None or org_id is None):
         raise ConfigError("--tenant ROLE and --org ORG go together")
     passwords = _passwords(password_env, kinds=("tenant",) if tenant_case else None)
-    url = given_url(database_url)
-    warn_if_insecure(url)
+    url = operator_url(database_url)
     if tenant is not None and org_id is not None:
         report = create_tenant_role(url, tenant, org_id, password=passwords.get("tenant"))
     else:

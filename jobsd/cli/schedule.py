@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobsd.cli.common import given_url, run_async, warn_if_insecure
+from jobsd.cli.common import database_url_option, on_named, operator_url, run_async
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.errors import UnknownSchedule
 
@@ -26,20 +26,13 @@ __all__ = ["schedule"]
 
 T = TypeVar("T")
 
-_database_url_option = click.option(
-    "--database-url",
-    envvar="JOBSD_DATABASE_URL",
-    help="libpq URL of the database (JOBSD_DATABASE_URL).",
-)
 _HEADER = ["ID", "SCHEDULE", "TIMEZONE", "STATE", "NEXT TICK", "LAST TICK", "LAST JOB", "JOB STATE"]
 _COUNTERS = ["FIRED", "REFUSED", "LATE", "SKIPPED"]
 
 
 def _run(database_url: str | None, operation: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    url = given_url(database_url)
-    warn_if_insecure(url)
     try:
-        return run_async(url, operation, work, command="schedule")
+        return run_async(operator_url(database_url), operation, work, command="schedule")
     except UnknownSchedule as exc:
         fail(f"unknown schedule {exc.schedule_id!r} (see `jobsd schedule list`)")
 
@@ -72,7 +65,7 @@ def schedule() -> None:
 
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per schedule.")
-@_database_url_option
+@database_url_option
 @friendly_errors
 def schedule_list(as_json: bool, database_url: str | None) -> None:
     """List the schedules: next tick, last tick with its job and state, counters."""
@@ -93,10 +86,7 @@ def schedule_list(as_json: bool, database_url: str | None) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-@schedule.command("pause")
-@click.argument("schedule_id", metavar="ID")
-@_database_url_option
-@friendly_errors
+@on_named(schedule, "pause", "schedule_id", metavar="ID")
 def schedule_pause(schedule_id: str, database_url: str | None) -> None:
     """Stop schedule ID firing, for every daemon, until resumed. Idempotent."""
     from jobsd.store.schedules import pause
@@ -107,10 +97,7 @@ def schedule_pause(schedule_id: str, database_url: str | None) -> None:
     click.echo(f"schedule {found.id!r} paused since {_time(found.paused_at)}: no tick fires")
 
 
-@schedule.command("resume")
-@click.argument("schedule_id", metavar="ID")
-@_database_url_option
-@friendly_errors
+@on_named(schedule, "resume", "schedule_id", metavar="ID")
 def schedule_resume(schedule_id: str, database_url: str | None) -> None:
     """Let schedule ID fire again from its next tick (missed ticks never fire). Idempotent."""
     from jobsd.store.schedules import resume

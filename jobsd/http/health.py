@@ -20,6 +20,7 @@ from fastapi import APIRouter, Response
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.http.backend import ApiBackend
 from jobsd.http.schemas import HealthReport, Liveness, Readiness
+from jobsd.http.settings import HttpSettings
 from jobsd.store import api
 
 __all__ = ["STALL_S", "health_router"]
@@ -30,6 +31,39 @@ STALL_S = 5.0
 # summed under OTHER_TYPE, so tenants' type names cannot grow the report (issue 13)
 UNHANDLED_TYPE_NAMES = 20
 OTHER_TYPE = "_other"
+# the report's figures with a warning threshold in HttpSettings: (figure, setting,
+# warning), the warning formatted with the figure's ``value`` and the setting's ``limit``
+_THRESHOLDS = (
+    (
+        "oldest_queued_age_s",
+        "health_pickup_lag_warn",
+        "pickup lag: a queued job has waited {value:.0f} s (over {limit:g} s): too few "
+        "slots, or no daemon for its queue",
+    ),
+    (
+        "dead_tuples",
+        "health_dead_tuples_warn",
+        "jobsd.jobs holds {value} dead tuples (over {limit}): vacuum is falling behind",
+    ),
+    (
+        "oldest_xact_age_s",
+        "health_xact_age_warn",
+        "a transaction has been open {value:.0f} s (over {limit:g} s): it holds back "
+        "vacuum of the jobs table",
+    ),
+    (
+        "oldest_prepared_xact_age_s",
+        "health_xact_age_warn",
+        "a prepared transaction has been open {value:.0f} s (over {limit:g} s): it holds "
+        "back vacuum of the jobs table",
+    ),
+    (
+        "notify_queue_usage",
+        "health_notify_queue_warn",
+        "the NOTIFY queue is {value:.0%} full (over {limit:.0%}): a session that LISTENs "
+        "is stuck in a transaction; at 100 % enqueues fail",
+    ),
+)
 
 
 def health_router(backend: ApiBackend) -> APIRouter:
@@ -141,6 +175,16 @@ async def _unhandled(backend: ApiBackend, timeout_s: float) -> _Unhandled:
     return _Unhandled(sum(by_type.values()), types, len(rest))
 
 
+def threshold_warnings(report: HealthReport, http: HttpSettings) -> list[str]:
+    """Return the warnings of the report's figures over their thresholds (_THRESHOLDS)."""
+    return [
+        text.format(value=value, limit=limit)
+        for field, setting, text in _THRESHOLDS
+        if (value := getattr(report, field)) is not None
+        and value > (limit := getattr(http, setting))
+    ]
+
+
 def _age(monotonic: float | None) -> float | None:
     return round(time.monotonic() - monotonic, 3) if monotonic is not None else None
 
@@ -204,28 +248,7 @@ async def build_report(backend: ApiBackend) -> HealthReport:
         warnings.append("database unavailable: no figures")
         report.status = "unavailable"
         return report
-    lag = report.oldest_queued_age_s
-    if lag is not None and lag > http.health_pickup_lag_warn:
-        warnings.append(
-            f"pickup lag: a queued job has waited {lag:.0f} s "
-            f"(over {http.health_pickup_lag_warn:g} s): too few slots, or no daemon for its queue"
-        )
-    dead = report.dead_tuples
-    if dead is not None and dead > http.health_dead_tuples_warn:
-        warnings.append(
-            f"jobsd.jobs holds {dead} dead tuples (over {http.health_dead_tuples_warn}): "
-            "vacuum is falling behind"
-        )
-    for field, what in (
-        ("oldest_xact_age_s", "a transaction"),
-        ("oldest_prepared_xact_age_s", "a prepared transaction"),
-    ):
-        age = getattr(report, field)
-        if age is not None and age > http.health_xact_age_warn:
-            warnings.append(
-                f"{what} has been open {age:.0f} s (over {http.health_xact_age_warn:g} s): "
-                "it holds back vacuum of the jobs table"
-            )
+    warnings.extend(threshold_warnings(report, http))
     if unhandled is None:
         warnings.append(
             "queued jobs of types no live daemon handles could not be counted: this API's "
@@ -236,12 +259,6 @@ async def build_report(backend: ApiBackend) -> HealthReport:
         warnings.append(
             f"{unhandled.jobs} queued jobs are of types no live daemon handles: "
             f"{unhandled.describe()}; start a daemon with their handlers (JOBSD_HANDLERS)"
-        )
-    usage = report.notify_queue_usage
-    if usage is not None and usage > http.health_notify_queue_warn:
-        warnings.append(
-            f"the NOTIFY queue is {usage:.0%} full (over {http.health_notify_queue_warn:.0%}): "
-            "a session that LISTENs is stuck in a transaction; at 100 % enqueues fail"
         )
     backlog = report.recovery_required
     if backlog:

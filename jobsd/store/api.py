@@ -142,24 +142,24 @@ async def list_job_rows(
         return await run_for_org(conn, org_id, "api_jobs_list", params)
 
 
-async def _bounded(conn: AsyncConn, name: str, timeout_s: float) -> list[Row]:
-    async with conn.transaction():
-        timeout_ms = str(max(int(timeout_s * 1000), 1))
-        await run_named(conn, "api_set_statement_timeout", {"timeout_ms": timeout_ms})
-        return await run_named(conn, name, {})
+async def _bounded(conn: AsyncConn, operation: str, name: str, timeout_s: float) -> list[Row]:
+    """Run statement ``name`` under a statement timeout; its errors name ``operation``."""
+    with db_errors(operation):
+        async with conn.transaction():
+            timeout_ms = str(max(int(timeout_s * 1000), 1))
+            await run_named(conn, "api_set_statement_timeout", {"timeout_ms": timeout_ms})
+            return await run_named(conn, name, {})
 
 
 async def queue_depth(conn: AsyncConn, *, timeout_s: float) -> list[tuple[str, str, int]]:
     """Count queued, scheduled and running jobs by queue (zeros included)."""
-    with db_errors("queue depth"):
-        rows = await _bounded(conn, "api_jobs_depth", timeout_s)
+    rows = await _bounded(conn, "queue depth", "api_jobs_depth", timeout_s)
     return [(r["queue"], r["status"], int(r["jobs"])) for r in rows]
 
 
 async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:
     """Read the health report's figures (see ``api_health_report``)."""
-    with db_errors("health report"):
-        rows = await _bounded(conn, "api_health_report", timeout_s)
+    rows = await _bounded(conn, "health report", "api_health_report", timeout_s)
     row = dict(rows[0]) if rows else {}
     for key in (
         "oldest_queued_age_s",
@@ -175,15 +175,13 @@ async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:
 
 async def unhandled_jobs(conn: AsyncConn, *, timeout_s: float) -> list[tuple[str, str, int]]:
     """Count queued jobs of types no live daemon handles, by queue and type (every org's)."""
-    with db_errors("count of unhandled jobs"):
-        rows = await _bounded(conn, "jobs_unhandled", timeout_s)
+    rows = await _bounded(conn, "count of unhandled jobs", "jobs_unhandled", timeout_s)
     return [(r["queue"], r["type"], int(r["jobs"])) for r in rows]
 
 
 async def notify_queue_usage(conn: AsyncConn, *, timeout_s: float) -> float:
     """Return the share of the cluster's NOTIFY queue in use (0 to 1)."""
-    with db_errors("notify queue usage"):
-        rows = await _bounded(conn, "api_notify_queue_usage", timeout_s)
+    rows = await _bounded(conn, "notify queue usage", "api_notify_queue_usage", timeout_s)
     return float(rows[0]["usage"]) if rows else 0.0
 
 

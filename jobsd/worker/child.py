@@ -26,9 +26,22 @@ from jobsd.context import JobContext, _Done
 from jobsd.errors import InvalidPayload
 from jobsd.jsonsafe import encode_object
 
-__all__ = ["main", "resolve"]
+__all__ = ["context_message", "main", "resolve"]
 
 PR_SET_PDEATHSIG = 1
+# the arguments of the job's JobContext that a request carries as they are (and the id,
+# as text)
+_CONTEXT_FIELDS = (
+    "type",
+    "org_id",
+    "queue",
+    "payload",
+    "attempt",
+    "checkpoint",
+    "priority",
+    "concurrency_key",
+    "max_progress_bytes",
+)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -40,6 +53,11 @@ def die_with_parent(parent_pid: int) -> None:
         pass
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def context_message(ctx: JobContext) -> dict[str, Any]:
+    """Return ``ctx`` as a request carries it to the child, which builds it again."""
+    return {"id": str(ctx.id), **{name: getattr(ctx, name) for name in _CONTEXT_FIELDS}}
 
 
 def resolve(ref: str) -> Any:
@@ -89,17 +107,7 @@ def _run(channel: _Channel, request: dict[str, Any]) -> None:
     try:
         func = resolve(request["func"])
         ctx = ChildContext(
-            channel,
-            id=uuid.UUID(raw["id"]),
-            type=raw["type"],
-            org_id=raw["org_id"],
-            queue=raw["queue"],
-            payload=raw["payload"],
-            attempt=raw["attempt"],
-            checkpoint=raw["checkpoint"],
-            priority=raw["priority"],
-            concurrency_key=raw["concurrency_key"],
-            max_progress_bytes=raw.get("max_progress_bytes"),
+            channel, id=uuid.UUID(raw["id"]), **{name: raw[name] for name in _CONTEXT_FIELDS}
         )
         result = asyncio.run(func(ctx)) if inspect.iscoroutinefunction(func) else func(ctx)
     except BaseException as exc:  # reported to the daemon, whatever it is

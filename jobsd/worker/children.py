@@ -27,6 +27,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from jobsd.context import JobContext, ProgressTooLarge
+from jobsd.worker.child import context_message
 
 __all__ = ["Answer", "Child", "ChildPool", "ChildSettings", "describe_exit"]
 
@@ -122,18 +123,7 @@ class ChildPool:
         ``acquire``); return how it ended. Cancellation kills the child, then propagates."""
         request = {
             "func": func_ref,
-            "ctx": {
-                "id": str(ctx.id),
-                "type": ctx.type,
-                "org_id": ctx.org_id,
-                "queue": ctx.queue,
-                "payload": ctx.payload,
-                "attempt": ctx.attempt,
-                "checkpoint": ctx.checkpoint,
-                "priority": ctx.priority,
-                "concurrency_key": ctx.concurrency_key,
-                "max_progress_bytes": ctx.max_progress_bytes,
-            },
+            "ctx": context_message(ctx),
         }
         reusable = False
         try:

@@ -16,8 +16,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobsd.http.backend import ApiBackend
+from jobsd.http.health import threshold_warnings
 from jobsd.http.metrics import JobsdCollector
 from jobsd.http.routes import decode_cursor, encode_cursor
+from jobsd.http.schemas import HealthReport
 from jobsd.http.settings import HttpSettings, parse_addr
 from jobsd.http.tokens import hash_token, looks_like_token, new_token
 from jobsd.http.waiter import DoneWaiter
@@ -190,3 +192,40 @@ def test_the_listening_socket_gives_connections_tcp_nodelay() -> None:
             assert accepted.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+def test_health_figures_over_their_thresholds_warn_in_these_words() -> None:
+    report = HealthReport.model_validate(
+        {
+            "status": "ok",
+            "warnings": [],
+            "database": True,
+            "oldest_queued_age_s": 61.4,
+            "live_tuples": 10,
+            "dead_tuples": 100_001,
+            "last_vacuum_at": None,
+            "oldest_xact_age_s": 301.0,
+            "oldest_prepared_xact_age_s": 299.0,  # under its threshold: no warning
+            "notify_queue_usage": 0.75,
+            "last_notify_age_s": None,
+            "last_done_notify_age_s": None,
+            "listen_connected": True,
+            "slots": None,
+            "slots_busy": None,
+        }
+    )
+    assert threshold_warnings(report, HttpSettings()) == [
+        "pickup lag: a queued job has waited 61 s (over 60 s): too few slots, or no daemon "
+        "for its queue",
+        "jobsd.jobs holds 100001 dead tuples (over 100000): vacuum is falling behind",
+        "a transaction has been open 301 s (over 300 s): it holds back vacuum of the jobs table",
+        "the NOTIFY queue is 75% full (over 50%): a session that LISTENs is stuck in a "
+        "transaction; at 100 % enqueues fail",
+    ]
+    report.oldest_prepared_xact_age_s = 400.0
+    report.oldest_queued_age_s = report.dead_tuples = report.notify_queue_usage = None
+    report.oldest_xact_age_s = None
+    assert threshold_warnings(report, HttpSettings()) == [
+        "a prepared transaction has been open 400 s (over 300 s): it holds back vacuum of the "
+        "jobs table"
+    ]

@@ -7,7 +7,10 @@ login (``web``), pages, actions (``actions``).
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
@@ -21,10 +24,13 @@ from jobsd.http.ui.actions import add_actions
 from jobsd.http.ui.web import Ui, Viewer, add_login_routes, headers, job_id_of
 from jobsd.models import JobStatus
 from jobsd.store import ui as store
+from jobsd.store.db import AsyncConn
 
 __all__ = ["PAGE_SIZE", "ui_router"]
 
 PAGE_SIZE = 50
+
+T = TypeVar("T")
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -105,13 +111,18 @@ def ui_router(backend: ApiBackend) -> APIRouter:
 
     router.add_api_route("/jobs", ui.page(jobs_list), methods=["GET"])
 
-    async def job_page(request: Request, viewer: Viewer) -> Response:
+    async def read_job(
+        request: Request,
+        viewer: Viewer,
+        operation: str,
+        read: Callable[[AsyncConn, uuid.UUID, str | None], Awaitable[T | None]],
+    ) -> T | None:
+        """Read the job of the path as the viewer may see it (None: no such job)."""
         job_id = job_id_of(request)
-        view = (
-            await ui.backend.read("job page", views.job_view, job_id, viewer.scope)
-            if job_id
-            else None
-        )
+        return await ui.backend.read(operation, read, job_id, viewer.scope) if job_id else None
+
+    async def job_page(request: Request, viewer: Viewer) -> Response:
+        view = await read_job(request, viewer, "job page", views.job_view)
         if view is None:
             return ui.error_page(
                 request, viewer, 404, f"job {request.path_params['job_id']} not found"
@@ -128,12 +139,7 @@ def ui_router(backend: ApiBackend) -> APIRouter:
     router.add_api_route("/jobs/{job_id}", ui.page(job_page), methods=["GET"])
 
     async def job_json(request: Request, viewer: Viewer) -> Response:
-        job_id = job_id_of(request)
-        row = (
-            await ui.backend.read("job progress", store.get_job, job_id, viewer.scope)
-            if job_id
-            else None
-        )
+        row = await read_job(request, viewer, "job progress", store.get_job)
         if row is None:
             return JSONResponse({"detail": "not found"}, status_code=404, headers=headers())
         progress = views.progress_of(row.get("progress"))
