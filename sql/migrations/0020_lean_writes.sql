@@ -14,11 +14,22 @@
 -- * job_events: the primary key becomes (job_id, id), the order in which every reader
 --   reads a job's history, and job_events_job_idx (job_id, id) goes: one index per
 --   event instead of two.
--- And one trigger fewer per insert statement: the org quota (jobs_admit_org_quota,
--- 0012) is checked by jobsd.after_insert_jobs(), which learns in one query whether
--- any admission work is due (a job with a concurrency key, a queue with a capacity or
--- an org quota); the common case stops there. The quota is still checked before the
--- capacity, as when it was a trigger of its own (triggers fire in name order).
+-- And fewer trigger calls:
+-- * the org quota (jobs_admit_org_quota, 0012) is checked by jobsd.after_insert_jobs(),
+--   which learns in one query whether any admission work is due (a job with a
+--   concurrency key, a queue with a capacity or an org quota); the common case stops
+--   there. The quota is still checked before the capacity, as when it was a trigger of
+--   its own (triggers fire in name order);
+-- * the state machine's check (jobs_check_transition, a BEFORE ROW trigger: a PL/pgSQL
+--   call per changed row) runs once per statement in jobsd.record_status_changes(),
+--   over the same transition tables as the history it writes: an illegal change still
+--   fails its statement with check_violation and the same message, and nothing of the
+--   statement stays (its row triggers' work included).
+-- * the outcomes of jobs_finish_batch are read by jobsd.outcome_rows(jsonb), which
+--   tells the planner a batch is small (ROWS 10): with jsonb_to_recordset's default
+--   estimate of 100 rows the planner matched them by a bitmap scan of every running
+--   job's entry in jobs_active_idx, dead ones included, instead of one primary-key
+--   lookup per outcome.
 --
 -- Never edit this file once shipped: add a new numbered migration instead.
 
@@ -137,3 +148,61 @@ DROP INDEX jobsd.jobs_open_by_queue_idx;
 ALTER TABLE jobsd.job_events DROP CONSTRAINT job_events_pkey,
   ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, id);
 DROP INDEX jobsd.job_events_job_idx;
+
+-- Latest definition: 0010_hotpath (0018 made it SECURITY DEFINER). Changed: the check
+-- of jobsd.check_transition() (0014), once per statement.
+CREATE OR REPLACE FUNCTION jobsd.record_status_changes() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, jobsd, pg_temp
+AS $$
+DECLARE
+  bad record;
+BEGIN
+  WITH changed AS MATERIALIZED (
+    SELECT n.id, n.org_id, o.status AS from_status, n.status AS to_status, n.attempts,
+           n.worker_id, n.reason
+    FROM new_jobs AS n
+    JOIN old_jobs AS o ON o.id = n.id
+    WHERE o.status IS DISTINCT FROM n.status),
+  recorded AS (
+    INSERT INTO jobsd.job_events (job_id, org_id, from_status, to_status, attempt, worker_id,
+                                  reason)
+    SELECT c.id, c.org_id, c.from_status, c.to_status, c.attempts,
+           coalesce(nullif(current_setting('jobsd.actor', true), ''), c.worker_id), c.reason
+    FROM changed AS c)
+  SELECT c.id, c.from_status, c.to_status INTO bad
+  FROM changed AS c
+  WHERE NOT jobsd.transition_allowed(c.from_status, c.to_status)
+    -- the retry edge passes while jobsd.job_retry() is moving that very job
+    AND NOT (c.from_status IN ('failed', 'cancelled') AND c.to_status = 'queued'
+             AND coalesce(current_setting('jobsd.retrying', true), '') = c.id::text)
+  LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'illegal transition of job %: % -> %', bad.id, bad.from_status,
+      bad.to_status
+      USING ERRCODE = 'check_violation';
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+DROP TRIGGER jobs_check_transition ON jobsd.jobs;
+DROP FUNCTION jobsd.check_transition();
+
+-- PL/pgSQL, not SQL: a SQL function that is not inlined is parsed and planned again
+-- by every statement that calls it; PL/pgSQL keeps its plan for the session.
+CREATE FUNCTION jobsd.outcome_rows(p_results jsonb)
+RETURNS TABLE (id uuid, lease_id uuid, status text, report jsonb, error text, reason text,
+               progress jsonb, run_after timestamptz, delay_s float8)
+LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 10
+AS $$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY
+  SELECT r.id, r.lease_id, r.status, r.report, r.error, r.reason, r.progress, r.run_after,
+         r.delay_s
+  FROM pg_catalog.jsonb_to_recordset(p_results)
+       AS r(id uuid, lease_id uuid, status text, report jsonb, error text, reason text,
+            progress jsonb, run_after timestamptz, delay_s float8);
+END
+$$;
