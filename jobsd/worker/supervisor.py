@@ -11,6 +11,7 @@ wait.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import logging
 import os
@@ -327,6 +328,10 @@ class Daemon:
         async with anyio.create_task_group() as jobs:
             await jobs.start(self.runner.run)
             with self._claim_scope:
+                # What start-up made (modules, the app, the registry) lives as long as the
+                # daemon: out of the collector's sight, a full collection stops scanning it
+                # (one could pause a pickup for milliseconds).
+                gc.freeze()
                 self._ready.set()
                 log.info("daemon.ready", extra={"worker_id": self.settings.worker_id})
                 await self.claimer.run()
