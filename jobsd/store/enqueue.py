@@ -337,9 +337,7 @@ def _decode_payloads(specs: Sequence[JobSpec]) -> list[dict[str, Any]]:
 _STATUSES = {str(status): status for status in JobStatus}
 
 
-def new_job(
-    spec: JobSpec, row: Row | Sequence[Any], payload: dict[str, Any] | None = None
-) -> Job:
+def new_job(spec: JobSpec, row: Row | Sequence[Any], payload: dict[str, Any] | None = None) -> Job:
     """Return the job just inserted for ``spec``, from what the insert returned.
 
     ``row`` holds (id, status, run_after, created_at), as a dict or in that order: the
