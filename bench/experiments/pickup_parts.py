@@ -42,9 +42,6 @@ async def main_async(url: str, n: int) -> None:
     def wake(self: object, cause: str) -> None:
         if cause == "notify":
             notified.append(time.perf_counter())
-            if len(notified) == 101:
-                trace.clear()
-                tracing[0] = True
         real_wake(self, cause)  # type: ignore[arg-type]
 
     handed: dict[int, float] = {}
@@ -52,24 +49,8 @@ async def main_async(url: str, n: int) -> None:
 
     real_start = JobRunner.start
 
-    import asyncio.events
-
-    tracing = [False]
-    trace: list[tuple[float, str]] = []
-    real_run = asyncio.events.Handle._run
-
-    def traced_run(self: asyncio.events.Handle) -> None:
-        t0 = time.perf_counter()
-        real_run(self)
-        if tracing[0]:
-            trace.append((t0, f"{(time.perf_counter() - t0) * 1e6:7.0f} us {self._callback!r}"[:160]))
-
-    asyncio.events.Handle._run = traced_run  # type: ignore[method-assign]
-    tracing = [False]
-
     def start(self: JobRunner, job: jobsd.Job) -> None:
-        seq = job.payload.get("seq", -9)
-        handed.setdefault(seq, time.perf_counter())
+        handed.setdefault(job.payload.get("seq", -9), time.perf_counter())
         real_start(self, job)
 
     JobRunner.start = start  # type: ignore[method-assign]
@@ -88,10 +69,6 @@ async def main_async(url: str, n: int) -> None:
 
     def on_start(ctx: jobsd.JobContext) -> None:
         starts.setdefault(ctx.payload["seq"], time.perf_counter())
-        if ctx.payload["seq"] == 100:
-            tracing[0] = False
-            for t, line in trace:
-                print(f"{(t - notified[100]) * 1e3:7.3f} ms {line}")
 
     rng = random.Random(2)
     settings = Settings(database_url=url, slots=10, poll_interval=30, handlers=[])
@@ -106,7 +83,8 @@ async def main_async(url: str, n: int) -> None:
             commits.append(time.perf_counter())
             await anyio.sleep(rng.uniform(10, 40) / 1000)
         await anyio.sleep(0.2)
-    parts: dict[str, list[float]] = {"notify": [], "to claim": [], "claim": [], "start": [], "total": [], "handed->run": []}
+    names = ("notify", "to claim", "claim", "start", "total", "handed->run")
+    parts: dict[str, list[float]] = {name: [] for name in names}
     for seq, commit in enumerate(commits):
         start = starts.get(seq)
         if start is None:
@@ -136,7 +114,11 @@ async def main_async(url: str, n: int) -> None:
     for name, xs in parts.items():
         xs.sort()
         p99 = xs[max(0, round(0.99 * len(xs)) - 1)]
-        print(f"{name:9s} p50 {statistics.median(xs) * 1e3:6.2f} ms  p99 {p99 * 1e3:6.2f}  max {xs[-1] * 1e3:6.2f}  (n={len(xs)})")
+        p50, top = statistics.median(xs), xs[-1]
+        print(
+            f"{name:11s} p50 {p50 * 1e3:6.2f} ms  p99 {p99 * 1e3:6.2f}  max {top * 1e3:6.2f}"
+            f"  (n={len(xs)})"
+        )
 
 
 def main() -> None:
