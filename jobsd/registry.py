@@ -80,6 +80,10 @@ class Registry:
         """List the types whose dedup key is held until the job ends (scope 'active')."""
         return sorted(t for t, s in self._specs.items() if s.dedup_scope == "active")
 
+    def at_most_once_types(self) -> list[str]:
+        """List the types delivered at most once (a claim never takes them ahead of a slot)."""
+        return sorted(t for t, s in self._specs.items() if s.delivery == "at_most_once")
+
     def max_attempts(self) -> dict[str, int]:
         """Map each type to its max_attempts."""
         return {t: s.max_attempts for t, s in self._specs.items()}

@@ -94,9 +94,10 @@ class Settings(BaseSettings):
     slots: int = Field(default=10, ge=1, le=10_000)
     """How many jobs one daemon runs at once."""
 
-    claim_ahead: int = Field(default=0, ge=0, le=10_000)
-    """Jobs claimed beyond the free slots, started as slots free (0: claim only for
-    free slots). Given back, unstarted, on stop. Opt-in: docs/decisions.md."""
+    claim_ahead: int | None = Field(default=None, ge=0, le=10_000)
+    """Jobs claimed beyond the free slots, started as slots free (unset: as many as
+    ``slots``; 0: claim only for free slots). Never a job with a dedup or concurrency
+    key, nor of an at-most-once type. Given back, unstarted, on stop: docs/decisions.md."""
 
     poll_interval: Duration = 1.5
     """Mean time between polls; each wait is jittered to 2/3..4/3 of it (1-2 s by default)."""
@@ -217,6 +218,11 @@ class Settings(BaseSettings):
                 "JOBSD_ALLOW_FAULTS=1"
             )
         return self
+
+    @property
+    def effective_claim_ahead(self) -> int:
+        """Return how many jobs the daemon claims beyond its free slots."""
+        return self.slots if self.claim_ahead is None else self.claim_ahead
 
     @property
     def effective_heartbeat_s(self) -> float:

@@ -20,12 +20,12 @@ from probe import Probe
 from jobsd.settings import Settings
 
 
-async def main_async(url: str, jobs: int, slots: int) -> None:
+async def main_async(url: str, jobs: int, slots: int, ahead: int) -> None:
     async with client_for(url) as client:
         await enqueue_bulk(client, jobs, 1000)
     wrote = anyio.Event()
     probe = Probe(on_call=lambda: wrote.set())
-    settings = Settings(database_url=url, slots=slots, handlers=[])
+    settings = Settings(database_url=url, slots=slots, claim_ahead=ahead, handlers=[])
     with probe.installed():
         t0, c0 = time.perf_counter(), time.process_time()
         async with running_daemon(settings, bench_registry()) as daemon:
@@ -45,8 +45,9 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--slots", type=int, default=10)
+    parser.add_argument("--claim-ahead", type=int, default=0)
     args = parser.parse_args()
-    anyio.run(main_async, args.url, args.jobs, args.slots)
+    anyio.run(main_async, args.url, args.jobs, args.slots, args.claim_ahead)
 
 
 if __name__ == "__main__":

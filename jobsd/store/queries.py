@@ -102,14 +102,15 @@ async def claim_batch(
     key_limits: Mapping[str, int] | None = None,
     free: int | None = None,
     types: Sequence[str] | None = None,
+    at_most_once_types: Sequence[str] = (),
 ) -> ClaimRound:
     """Claim up to ``limit`` queued jobs in claim order, in one statement.
 
     ``key_limits`` maps job types to their per-key concurrency limit (types not in
     it use their queue's limit, else 1). ``free`` (None: ``limit``) is how many of them
     start at once; the others are claimed ahead and are only jobs without a dedup or
-    concurrency key. ``types``: claim only jobs of these types (the daemon's handlers);
-    None claims every type.
+    concurrency key, and not of ``at_most_once_types``. ``types``: claim only jobs of
+    these types (the daemon's handlers); None claims every type.
     """
     limits = dict(key_limits or {})
     params = {
@@ -121,6 +122,7 @@ async def claim_batch(
         "limit_values": list(limits.values()),
         "free": free,
         "types": list(types) if types is not None else None,
+        "at_most_once_types": list(at_most_once_types),
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_batch", params)

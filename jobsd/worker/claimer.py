@@ -141,6 +141,7 @@ class Claimer:
                     key_limits=self.registry.concurrency_limits(),
                     free=max(self.holdings.free, 0),
                     types=self.registry.types() if self.cfg.known_types_only else None,
+                    at_most_once_types=self.registry.at_most_once_types(),
                 )
             for job in jobs:
                 self.stats.claimed[self.stats.label(job.type)] += 1

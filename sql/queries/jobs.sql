@@ -98,9 +98,11 @@ SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
 -- claimer whether candidates were left for a busy key, so it can claim again.
 --
 -- Claiming ahead: only the first `free` jobs (the daemon's free slots; null: all) may
--- carry a dedup key or a concurrency key; the rest, claimed ahead of the slots, are
--- jobs without either, so a key is never held (nor a dedup key released) by a job
--- that waits in a daemon rather than runs.
+-- carry a dedup key or a concurrency key, or be of a type delivered at most once
+-- (`at_most_once_types`); the rest, claimed ahead of the slots, are jobs without
+-- either key of the other types, so a key is never held (nor a dedup key released) by
+-- a job that waits in a daemon rather than runs, and an at-most-once job is claimed
+-- only to run at once (a daemon killed with it waiting would fail it unrun).
 --
 -- Orgs (migration 0012): in a queue with an org_running_limit, the scan skips the
 -- jobs of an org already at that many running jobs there, and a round starts at
@@ -120,6 +122,7 @@ picked AS (
   CROSS JOIN LATERAL (
     SELECT j.id, j.org_id, j.concurrency_key, j.priority, j.created_at,
            j.dedup_key IS NOT NULL AS has_dedup,
+           j.type = ANY(%(at_most_once_types)s::text[]) AS at_most_once,
            CASE WHEN j.concurrency_key IS NOT NULL THEN
              coalesce((SELECT t.key_limit FROM type_limits AS t WHERE t.type = j.type),
                       a.concurrency_limit, 1) END AS key_limit,
@@ -156,7 +159,7 @@ key_counts AS (
     SELECT p.org_id, p.concurrency_key FROM picked AS p WHERE p.concurrency_key IS NOT NULL)
   FOR UPDATE OF k SKIP LOCKED),
 eligible AS (
-  SELECT r.id, r.priority, r.created_at, r.concurrency_key, r.has_dedup,
+  SELECT r.id, r.priority, r.created_at, r.concurrency_key, r.has_dedup, r.at_most_once,
          row_number() OVER (ORDER BY r.priority, r.created_at, r.id) AS pos
   FROM ranked AS r
   LEFT JOIN key_counts AS k
@@ -166,7 +169,7 @@ eligible AS (
 chosen AS (
   SELECT e.id FROM eligible AS e
   WHERE e.pos <= coalesce(%(free)s, %(limit)s)
-     OR (e.concurrency_key IS NULL AND NOT e.has_dedup)
+     OR (e.concurrency_key IS NULL AND NOT e.has_dedup AND NOT e.at_most_once)
   ORDER BY e.priority, e.created_at, e.id
   LIMIT %(limit)s)
 UPDATE jobsd.jobs AS j

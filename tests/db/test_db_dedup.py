@@ -42,6 +42,7 @@ def _claim(conn: psycopg.Connection[Any], keep: list[str] | None = None) -> list
             "limit_values": [],
             "free": None,
             "types": None,
+            "at_most_once_types": [],
         },
     )
 

@@ -123,6 +123,7 @@ def test_jobs_enqueued_in_one_transaction_are_claimed_in_enqueue_order(
             "limit_values": [],
             "free": None,
             "types": None,
+            "at_most_once_types": [],
         },
     )
     claimed.sort(key=lambda r: (r["created_at"], r["id"]))

@@ -87,6 +87,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "limit_values": [],
                 "free": None,
                 "types": None,
+                "at_most_once_types": [],
             },
         )
         mine = [r for r in rows if r["org_id"] == self.org]

@@ -182,6 +182,7 @@ def _claim_race(url: str, query: str, claimers: int, batch: int) -> tuple[Counte
         "limit_values": [],
         "free": None,
         "types": None,
+        "at_most_once_types": [],
     }
 
     def claimer(n: int) -> None:

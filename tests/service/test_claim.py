@@ -87,7 +87,8 @@ async def test_a_round_that_fills_every_slot_claims_again_without_waiting_for_a_
 
     await client.enqueue_many([JobSpec.build("noop", {}, org_id="acme") for _ in range(40)])
     # no NOTIFY and a 30 s poll: only back-to-back claim rounds can drain the queue quickly
-    settings = make_settings(db_url, slots=4, notify=False, poll_interval=30.0)
+    # (rounds for free slots only: claiming ahead has its own tests)
+    settings = make_settings(db_url, slots=4, claim_ahead=0, notify=False, poll_interval=30.0)
     async with running_daemon(settings, registry) as daemon:
 
         async def drained() -> bool:

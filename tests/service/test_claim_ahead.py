@@ -67,7 +67,7 @@ async def test_jobs_claimed_ahead_and_never_started_go_back_to_queued_on_stop(
     release = anyio.Event()
     started: list[int] = []
 
-    @jobsd.handler("t", registry=registry, delivery="at_most_once")
+    @jobsd.handler("t", registry=registry)
     async def handler(ctx: jobsd.JobContext) -> None:
         started.append(ctx.payload["n"])
         await release.wait()
@@ -90,7 +90,7 @@ async def test_jobs_claimed_ahead_and_never_started_go_back_to_queued_on_stop(
     assert (await fetch_job(db, first.id))["status"] == "succeeded"
     for job in ahead:
         row = await fetch_job(db, job.id)
-        # no handler ran: even an at_most_once job may run later; its claim stays counted
+        # no handler ran: the job may run later; its claim stays counted
         assert (row["status"], row["reason"], row["attempts"]) == ("queued", "not started", 1)
         assert [(e[1], e[3]) for e in await events_of(db, job.id)] == [
             ("queued", None),
@@ -150,3 +150,39 @@ async def test_jobs_with_a_dedup_or_concurrency_key_are_never_claimed_ahead(
         for job in (first, deduped, keyed, plain):
             assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
     await assert_history_complete_async(db)
+
+
+async def test_at_most_once_jobs_are_never_claimed_ahead(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    # a daemon killed with one waiting would fail it unrun ('worker lost'): an
+    # at-most-once job is claimed only into a free slot
+    release = anyio.Event()
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        await release.wait()
+
+    @jobsd.handler("once", registry=registry, delivery="at_most_once")
+    async def once(ctx: jobsd.JobContext) -> None:
+        return None
+
+    async with running_daemon(make_settings(db_url, slots=1, claim_ahead=3), registry) as d:
+        first = await client.enqueue("t", {}, org_id="acme")
+        await wait_status(db, first.id, "running")
+        amo = await client.enqueue("once", {}, org_id="acme")
+        plain = await client.enqueue("t", {}, org_id="acme")
+        await wait_status(db, plain.id, "running")
+        await d.claimer.run_once("notify")
+        # older, but at most once: it waits in the queue for a free slot
+        assert (await fetch_job(db, amo.id))["status"] == "queued"
+        assert d.holdings.waiting == 1
+        release.set()
+        for job in (first, amo, plain):
+            assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
+    await assert_history_complete_async(db)
+
+
+def test_claim_ahead_defaults_to_the_slots() -> None:
+    assert make_settings("postgresql://x/y", slots=7).effective_claim_ahead == 7
+    assert make_settings("postgresql://x/y", slots=7, claim_ahead=0).effective_claim_ahead == 0
