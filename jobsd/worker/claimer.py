@@ -78,6 +78,8 @@ class Claimer:
     _last_promote: float = field(default=-float("inf"), init=False)
     _cause: str = field(default="start", init=False)
     _more: bool = field(default=True, init=False)
+    _for_a_slot: bool = field(default=False, init=False)
+    """the last round claimed ahead only (no free slot) and took fewer than it could"""
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Claim until cancelled; the first pass runs at once."""
@@ -109,8 +111,23 @@ class Claimer:
 
     async def _wait(self) -> None:
         await self.holdings.wait_claimable()
-        self._cause = "more" if self._more else await self.waker.wait(self._sleep_s())
+        if self._more:
+            self._cause = "more"
+        elif self._for_a_slot:
+            # the last round had no free slot: jobs only a free slot may take (keyed, at
+            # most once) may have been left behind; claim again when one frees, or at
+            # the next wake-up if that comes first, not a poll away
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._wake_when_a_slot_frees)
+                self._cause = await self.waker.wait(self._sleep_s())
+                tg.cancel_scope.cancel()
+        else:
+            self._cause = await self.waker.wait(self._sleep_s())
         self.stats.wakeups[self._cause] += 1
+
+    async def _wake_when_a_slot_frees(self) -> None:
+        await self.holdings.wait_free()
+        self.waker.wake("slot")
 
     async def _claim(self) -> tuple[int, bool]:
         """Claim up to the free slots and start the jobs; return how many, and True to
@@ -122,6 +139,7 @@ class Claimer:
         want = self.holdings.claimable
         if want <= 0:
             return 0, True
+        free = max(self.holdings.free, 0)
         # A stop that arrived earlier in this pass takes effect here, before the shield:
         # psycopg may turn the cancellation of a query it was running (the promotion)
         # into an error instead of passing it on, and a cancelled scope is noticed again
@@ -139,13 +157,14 @@ class Claimer:
                     queues=self.cfg.queues or None,
                     keep_dedup_types=self.registry.keep_dedup_types(),
                     key_limits=self.registry.concurrency_limits(),
-                    free=max(self.holdings.free, 0),
+                    free=free,
                     types=self.registry.types() if self.cfg.known_types_only else None,
                     at_most_once_types=self.registry.at_most_once_types(),
                 )
             for job in jobs:
                 self.stats.claimed[self.stats.label(job.type)] += 1
                 self.start_job(job)
+        self._for_a_slot = free == 0 and len(jobs) < want
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})
             # Let the runs just started reach their handlers before this pass sends
