@@ -110,8 +110,8 @@ class JobRunner:
     stats: DaemonStats
     submit: Callable[[Held, Outcome], None]
     children: ChildPool = field(init=False)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
-    _scopes: set[anyio.CancelScope] = field(default_factory=set, init=False)
+    _runs: dict[asyncio.Task[None], anyio.CancelScope] = field(default_factory=dict, init=False)
+    """each run's task and its cancel scope (cancelling an exited scope does nothing)"""
     _hosting: bool = field(default=False, init=False)
     _crash: BaseException | None = field(default=None, init=False)
     _abandoned: dict[uuid.UUID, threading.Thread] = field(default_factory=dict, init=False)
@@ -153,20 +153,16 @@ class JobRunner:
     def _spawn(self, held: Held) -> None:
         # the run's scope exists before its task starts: a cancel in between reaches it
         scope = anyio.CancelScope()
-        self._scopes.add(scope)
         task = asyncio.get_running_loop().create_task(self._run_in(scope, held))
-        self._tasks.add(task)
+        self._runs[task] = scope
         task.add_done_callback(self._task_done)
 
     async def _run_in(self, scope: anyio.CancelScope, held: Held) -> None:
-        try:
-            with scope:
-                await self._execute(held)
-        finally:
-            self._scopes.discard(scope)
+        with scope:
+            await self._execute(held)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        del self._runs[task]
         if task.cancelled() or self._crash is not None:
             return
         crash = task.exception()
@@ -211,8 +207,8 @@ class JobRunner:
 
     async def _cancel_runs(self) -> None:
         """Cancel the runs still going and wait until each has written its job back."""
-        while self._tasks:
-            tasks = list(self._tasks)
+        while self._runs:
+            tasks = list(self._runs)
             self.cancel()
             await asyncio.wait(tasks)
 
@@ -239,7 +235,7 @@ class JobRunner:
         """Cancel the running handlers now (a second stop request)."""
         # through each run's scope, as a task group's cancel would: a handler that
         # has just returned is not interrupted on its way out
-        for scope in list(self._scopes):
+        for scope in list(self._runs.values()):
             scope.cancel()
 
     async def _execute(self, held: Held) -> Outcome:
