@@ -24,6 +24,28 @@ from .conftest import (
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
+def _blocking_and_once(registry: Registry) -> anyio.Event:
+    """Register ``t`` (blocks until the event is set when its payload says ``block``) and
+    ``once`` (at most once, returns at once); return the event."""
+    release = anyio.Event()
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        if ctx.payload.get("block"):
+            await release.wait()
+
+    @jobsd.handler("once", registry=registry, delivery="at_most_once")
+    async def once(ctx: jobsd.JobContext) -> None:
+        return None
+
+    return release
+
+
+async def _all_succeed(db: ADb, *jobs: jobsd.Job) -> None:
+    for job in jobs:
+        assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
+
+
 async def test_a_job_claimed_ahead_starts_when_a_slot_frees(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
@@ -125,13 +147,7 @@ async def test_claim_ahead_zero_claims_only_for_free_slots(
 async def test_jobs_with_a_dedup_or_concurrency_key_are_never_claimed_ahead(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
-    release = anyio.Event()
-
-    @jobsd.handler("t", registry=registry)
-    async def handler(ctx: jobsd.JobContext) -> None:
-        if ctx.payload.get("block"):
-            await release.wait()
-
+    release = _blocking_and_once(registry)
     async with running_daemon(make_settings(db_url, slots=1, claim_ahead=3), registry) as d:
         first = await client.enqueue("t", {"block": True}, org_id="acme")
         await wait_status(db, first.id, "running")
@@ -147,8 +163,7 @@ async def test_jobs_with_a_dedup_or_concurrency_key_are_never_claimed_ahead(
         assert (await fetch_job(db, keyed.id))["status"] == "queued"
         assert d.holdings.waiting == 1
         release.set()
-        for job in (first, deduped, keyed, plain):
-            assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
+        await _all_succeed(db, first, deduped, keyed, plain)
     await assert_history_complete_async(db)
 
 
@@ -157,18 +172,9 @@ async def test_at_most_once_jobs_are_never_claimed_ahead(
 ) -> None:
     # a daemon killed with one waiting would fail it unrun ('worker lost'): an
     # at-most-once job is claimed only into a free slot
-    release = anyio.Event()
-
-    @jobsd.handler("t", registry=registry)
-    async def handler(ctx: jobsd.JobContext) -> None:
-        await release.wait()
-
-    @jobsd.handler("once", registry=registry, delivery="at_most_once")
-    async def once(ctx: jobsd.JobContext) -> None:
-        return None
-
+    release = _blocking_and_once(registry)
     async with running_daemon(make_settings(db_url, slots=1, claim_ahead=3), registry) as d:
-        first = await client.enqueue("t", {}, org_id="acme")
+        first = await client.enqueue("t", {"block": True}, org_id="acme")
         await wait_status(db, first.id, "running")
         amo = await client.enqueue("once", {}, org_id="acme")
         plain = await client.enqueue("t", {}, org_id="acme")
@@ -178,8 +184,7 @@ async def test_at_most_once_jobs_are_never_claimed_ahead(
         assert (await fetch_job(db, amo.id))["status"] == "queued"
         assert d.holdings.waiting == 1
         release.set()
-        for job in (first, amo, plain):
-            assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
+        await _all_succeed(db, first, amo, plain)
     await assert_history_complete_async(db)
 
 
@@ -193,17 +198,7 @@ async def test_a_job_left_for_a_free_slot_is_claimed_when_one_frees_not_at_the_n
 ) -> None:
     # a round without a free slot claims ahead only what may wait (no key, not at most
     # once): what it left is claimed as soon as a slot frees, with no wake-up (30 s poll)
-    release = anyio.Event()
-
-    @jobsd.handler("t", registry=registry)
-    async def handler(ctx: jobsd.JobContext) -> None:
-        if ctx.payload.get("block"):
-            await release.wait()
-
-    @jobsd.handler("once", registry=registry, delivery="at_most_once")
-    async def once(ctx: jobsd.JobContext) -> None:
-        return None
-
+    release = _blocking_and_once(registry)
     settings = make_settings(db_url, slots=1, claim_ahead=2, poll_interval=30.0)
     async with running_daemon(settings, registry) as d:
         first = await client.enqueue("t", {"block": True}, org_id="acme")
@@ -215,9 +210,6 @@ async def test_a_job_left_for_a_free_slot_is_claimed_when_one_frees_not_at_the_n
         assert (await fetch_job(db, keyed.id))["status"] == "queued"
         release.set()
         with anyio.fail_after(5):
-            for job in (first, amo, keyed):
-                assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == (
-                    "succeeded"
-                )
+            await _all_succeed(db, first, amo, keyed)
     assert d.stats.wakeups["poll"] == 0
     await assert_history_complete_async(db)
