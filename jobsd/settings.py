@@ -99,6 +99,11 @@ class Settings(BaseSettings):
     ``slots``; 0: claim only for free slots). Never a job with a dedup or concurrency
     key, nor of an at-most-once type. Given back, unstarted, on stop: docs/decisions.md."""
 
+    durable_claims: bool = False
+    """Every claim waits for its WAL to reach the disk before its jobs start (unset:
+    only claims of at-most-once jobs do; a claim lost in a crash of Postgres is a job
+    queued again, never one lost: docs/decisions.md)."""
+
     poll_interval: Duration = 1.5
     """Mean time between polls; each wait is jittered to 2/3..4/3 of it (1-2 s by default)."""
 

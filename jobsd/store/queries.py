@@ -103,6 +103,7 @@ async def claim_batch(
     free: int | None = None,
     types: Sequence[str] | None = None,
     at_most_once_types: Sequence[str] = (),
+    durable: bool = False,
 ) -> ClaimRound:
     """Claim up to ``limit`` queued jobs in claim order, in one statement.
 
@@ -110,7 +111,9 @@ async def claim_batch(
     it use their queue's limit, else 1). ``free`` (None: ``limit``) is how many of them
     start at once; the others are claimed ahead and are only jobs without a dedup or
     concurrency key, and not of ``at_most_once_types``. ``types``: claim only jobs of
-    these types (the daemon's handlers); None claims every type.
+    these types (the daemon's handlers); None claims every type. Unless ``durable``,
+    or one of the jobs is of an at-most-once type, the claim commits without waiting
+    for the disk (docs/decisions.md).
     """
     limits = dict(key_limits or {})
     params = {
@@ -123,6 +126,7 @@ async def claim_batch(
         "free": free,
         "types": list(types) if types is not None else None,
         "at_most_once_types": list(at_most_once_types),
+        "relaxed_commit": not durable,
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_batch", params)

@@ -49,6 +49,8 @@ class ClaimerSettings:
     known_types_only: bool = False
     """claim only the types the registry has handlers for (``JOBSD_UNKNOWN_TYPES=leave``,
     the daemon's default); False claims every type"""
+    durable_claims: bool = False
+    """``JOBSD_DURABLE_CLAIMS``: every claim waits for the disk at commit"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,7 @@ class Claimer:
                     free=free,
                     types=self.registry.types() if self.cfg.known_types_only else None,
                     at_most_once_types=self.registry.at_most_once_types(),
+                    durable=self.cfg.durable_claims,
                 )
             for job in jobs:
                 self.stats.claimed[self.stats.label(job.type)] += 1

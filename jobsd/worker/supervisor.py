@@ -147,6 +147,7 @@ class Daemon:
                 queues=tuple(settings.queues),
                 poll_interval_s=settings.poll_interval,
                 known_types_only=settings.unknown_types == "leave",
+                durable_claims=settings.durable_claims,
             ),
             clock,
             self.registry,

@@ -167,18 +167,29 @@ eligible AS (
   WHERE (r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit)
     AND (r.org_limit IS NULL OR r.org_running + r.org_nth <= r.org_limit)),
 chosen AS (
-  SELECT e.id FROM eligible AS e
+  SELECT e.id, e.at_most_once, e.concurrency_key FROM eligible AS e
   WHERE e.pos <= coalesce(%(free)s, %(limit)s)
      OR (e.concurrency_key IS NULL AND NOT e.has_dedup AND NOT e.at_most_once)
   ORDER BY e.priority, e.created_at, e.id
-  LIMIT %(limit)s)
+  LIMIT %(limit)s),
+-- Durability (docs/decisions.md, "A claim commits without waiting for the disk"):
+-- unless the daemon asks for durable claims (`relaxed_commit` false), or a chosen job
+-- is of an at-most-once type or has a concurrency key, this transaction commits
+-- without waiting for its WAL to reach the disk. A claim lost in a crash of Postgres
+-- is a job queued again, never a job lost; the run's later writes (heartbeat, outcome)
+-- wait for the disk, and with them for this claim.
+commit_mode AS MATERIALIZED (
+  SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
+  WHERE %(relaxed_commit)s AND NOT EXISTS (
+    SELECT 1 FROM chosen AS c WHERE c.at_most_once OR c.concurrency_key IS NOT NULL))
 UPDATE jobsd.jobs AS j
 SET status = 'running', started_at = now(), attempts = j.attempts + 1,
     lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
     dedup_key = CASE WHEN j.type = ANY(%(keep_dedup_types)s::text[]) THEN j.dedup_key END
 FROM chosen
 WHERE j.id = chosen.id
-RETURNING j.*, (SELECT count(*) FROM picked) AS considered;
+RETURNING j.*, (SELECT count(*) FROM picked) AS considered,
+          (SELECT count(*) FROM commit_mode) AS relaxed_commit;
 
 -- name: jobs_heartbeat
 -- One statement for every job a daemon holds: stamp progress.updated_at and merge

@@ -209,3 +209,59 @@ async def test_odd_progress_of_one_job_does_not_fail_the_heartbeat(
     assert progress_a["done"] == 3
     assert (progress_b["file"], progress_b["k\ufffd"]) == ("x\ufffd\ufffd", 1)
     assert "updated_at" in progress_a and "updated_at" in progress_b
+
+
+async def _commit_mode_after_claim(aconn: Conn, **kw: Any) -> tuple[int, str]:
+    """Claim inside an open transaction; return the jobs claimed and the
+    synchronous_commit its commit will use."""
+    async with aconn.transaction():
+        jobs = await _claim(aconn, "w1", **kw)
+        cur = await aconn.execute("SHOW synchronous_commit")
+        row = await cur.fetchone()
+        assert row is not None
+    return len(jobs), str(row[0])
+
+
+async def test_a_claim_commits_without_waiting_for_the_disk_unless_asked(
+    aconn: Conn, conn: psycopg.Connection[Any]
+) -> None:
+    make_jobs(conn, 2)
+    assert await _commit_mode_after_claim(aconn, limit=1) == (1, "off")
+    assert await _commit_mode_after_claim(aconn, limit=1, durable=True) == (1, "on")
+    # nothing claimed: the session's setting is left alone
+    assert await _commit_mode_after_claim(aconn, limit=1) == (0, "on")
+    assert (await (await aconn.execute("SHOW synchronous_commit")).fetchone()) == ("on",)
+
+
+async def test_a_claim_that_takes_an_at_most_once_job_waits_for_the_disk(
+    aconn: Conn, conn: psycopg.Connection[Any]
+) -> None:
+    make_jobs(conn, 1, type="charge")
+    make_jobs(conn, 1, type="t")
+    # the at-most-once job comes first, in the free slot; the other is claimed with it
+    assert await _commit_mode_after_claim(
+        aconn, limit=2, free=1, at_most_once_types=["charge"]
+    ) == (2, "on")
+    assert count_jobs(conn, "status = 'running'") == 2
+
+
+async def test_a_claim_that_skips_the_at_most_once_type_commits_without_waiting(
+    aconn: Conn, conn: psycopg.Connection[Any]
+) -> None:
+    make_jobs(conn, 1, type="t")
+    make_jobs(conn, 1, type="charge")
+    # no free slot: the at-most-once job is not claimed ahead, the other one is
+    assert await _commit_mode_after_claim(
+        aconn, limit=2, free=0, at_most_once_types=["charge"]
+    ) == (1, "off")
+    assert conn.execute("SELECT type FROM jobsd.jobs WHERE status = 'queued'").fetchall() == [
+        ("charge",)
+    ]
+
+
+async def test_a_claim_that_takes_a_job_with_a_concurrency_key_waits_for_the_disk(
+    aconn: Conn, conn: psycopg.Connection[Any]
+) -> None:
+    make_jobs(conn, 1, concurrency_key="acct-1")
+    make_jobs(conn, 1)
+    assert await _commit_mode_after_claim(aconn, limit=2) == (2, "on")

@@ -43,6 +43,7 @@ def _claim(conn: psycopg.Connection[Any], keep: list[str] | None = None) -> list
             "free": None,
             "types": None,
             "at_most_once_types": [],
+            "relaxed_commit": True,
         },
     )
 

@@ -124,6 +124,7 @@ def test_jobs_enqueued_in_one_transaction_are_claimed_in_enqueue_order(
             "free": None,
             "types": None,
             "at_most_once_types": [],
+            "relaxed_commit": True,
         },
     )
     claimed.sort(key=lambda r: (r["created_at"], r["id"]))

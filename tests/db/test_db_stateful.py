@@ -88,6 +88,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "free": None,
                 "types": None,
                 "at_most_once_types": [],
+                "relaxed_commit": True,
             },
         )
         mine = [r for r in rows if r["org_id"] == self.org]

@@ -183,6 +183,7 @@ def _claim_race(url: str, query: str, claimers: int, batch: int) -> tuple[Counte
         "free": None,
         "types": None,
         "at_most_once_types": [],
+        "relaxed_commit": True,
     }
 
     def claimer(n: int) -> None:

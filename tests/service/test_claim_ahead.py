@@ -213,3 +213,15 @@ async def test_a_job_left_for_a_free_slot_is_claimed_when_one_frees_not_at_the_n
             await _all_succeed(db, first, amo, keyed)
     assert d.stats.wakeups["poll"] == 0
     await assert_history_complete_async(db)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_jobsd_durable_claims_reaches_the_claimer_and_jobs_run_either_way(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry, durable: bool
+) -> None:
+    _blocking_and_once(registry)
+    async with running_daemon(make_settings(db_url, durable_claims=durable), registry) as d:
+        assert d.claimer.cfg.durable_claims is durable
+        jobs = [await client.enqueue(t, {}, org_id="o") for t in ("t", "once", "t")]
+        await _all_succeed(db, *jobs)
+    await assert_history_complete_async(db)
