@@ -31,6 +31,7 @@ from jobsd.errors import (
 )
 from jobsd.jobspec import JobSpec
 from jobsd.models import Job, JobStatus
+from jobsd.store import wire
 from jobsd.store.api import run_for_org
 from jobsd.store.db import (
     AsyncConn,
@@ -167,20 +168,43 @@ async def _drive(conn: AsyncConn, plan: Plan, execute: _Execute = run_named) -> 
             return done.value  # type: ignore[no-any-return]
 
 
-def _drive_sync(conn: SyncConn, plan: Plan) -> Job:
-    """Run a plan on a sync connection."""
+def _run_on_own_pool_sync(conn: SyncConn, name: str, params: dict[str, Any]) -> list[Row]:
+    """``_run_on_own_pool`` on a sync connection."""
+    if name == "jobs_insert":
+        rows = wire.run_jobs_insert_sync(conn, params)
+        if rows is not None:
+            return rows
+    return run_named_sync(conn, name, params)
+
+
+def _drive_sync(
+    conn: SyncConn,
+    plan: Plan,
+    execute: Callable[[SyncConn, str, dict[str, Any]], list[Row]] = run_named_sync,
+) -> Job:
+    """Run a plan on a sync connection, each statement through ``execute``."""
     statement = next(plan)
     while True:
-        rows = run_named_sync(conn, statement.name, statement.params)
+        rows = execute(conn, statement.name, statement.params)
         try:
             statement = plan.send(rows)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
 
-def _executor(spec: JobSpec, org_scoped: bool) -> _Execute:
+async def _run_on_own_pool(conn: AsyncConn, name: str, params: dict[str, Any]) -> list[Row]:
+    """Run a statement on a connection of jobsd's own pool: the insert through libpq
+    directly (``store.wire``), where it can go."""
+    if name == "jobs_insert":
+        rows = await wire.run_jobs_insert(conn, params)
+        if rows is not None:
+            return rows
+    return await run_named(conn, name, params)
+
+
+def _executor(spec: JobSpec, org_scoped: bool, own_pool: bool = False) -> _Execute:
     if not org_scoped:
-        return run_named
+        return _run_on_own_pool if own_pool else run_named
 
     async def scoped(conn: AsyncConn, name: str, params: dict[str, Any]) -> list[Row]:
         return await run_for_org(conn, spec.org_id, name, params)
@@ -188,15 +212,18 @@ def _executor(spec: JobSpec, org_scoped: bool) -> _Execute:
     return scoped
 
 
-async def enqueue(conn: AsyncConn, spec: JobSpec, *, org_scoped: bool = False) -> Job:
+async def enqueue(
+    conn: AsyncConn, spec: JobSpec, *, org_scoped: bool = False, own_pool: bool = False
+) -> Job:
     """Create the job of ``spec`` on ``conn`` (or return the one holding its id or key).
 
     In one transaction when the plan writes more than once (dependencies): on a
     connection already in a transaction that is a savepoint; on jobsd's own
-    autocommit connections a transaction of its own. Raises UnknownQueue, QueueFull,
-    UnknownDependency, DuplicateJob, InvalidPayload, BackendUnavailable, DatabaseError.
+    autocommit connections (``own_pool``) a transaction of its own. Raises
+    UnknownQueue, QueueFull, UnknownDependency, DuplicateJob, InvalidPayload,
+    BackendUnavailable, DatabaseError.
     """
-    execute = _executor(spec, org_scoped)
+    execute = _executor(spec, org_scoped, own_pool)
     with db_errors(spec.operation):
         if not spec.depends_on:
             return await _drive(conn, enqueue_plan(spec), execute)
@@ -204,13 +231,14 @@ async def enqueue(conn: AsyncConn, spec: JobSpec, *, org_scoped: bool = False) -
             return await _drive(conn, enqueue_plan(spec), execute)
 
 
-def enqueue_sync(conn: SyncConn, spec: JobSpec) -> Job:
+def enqueue_sync(conn: SyncConn, spec: JobSpec, *, own_pool: bool = False) -> Job:
     """Create the job of ``spec`` on a sync connection; see ``enqueue``."""
+    execute = _run_on_own_pool_sync if own_pool else run_named_sync
     with db_errors(spec.operation):
         if not spec.depends_on:
-            return _drive_sync(conn, enqueue_plan(spec))
+            return _drive_sync(conn, enqueue_plan(spec), execute)
         with conn.transaction():
-            return _drive_sync(conn, enqueue_plan(spec))
+            return _drive_sync(conn, enqueue_plan(spec), execute)
 
 
 class _DroppedConnection:
@@ -262,7 +290,7 @@ async def enqueue_on_pool(pool: AsyncPool, spec: JobSpec, *, org_scoped: bool = 
         try:
             async with acquire(pool, spec.operation) as conn:
                 retry.connected()
-                return await enqueue(conn, retry.spec, org_scoped=org_scoped)
+                return await enqueue(conn, retry.spec, org_scoped=org_scoped, own_pool=True)
         except BackendUnavailable as exc:
             await anyio.sleep(retry.failed(exc))
 
@@ -275,7 +303,7 @@ def enqueue_on_pool_sync(pool: SyncPool, spec: JobSpec) -> Job:
         try:
             with acquire_sync(pool, spec.operation) as conn:
                 retry.connected()
-                return enqueue_sync(conn, retry.spec)
+                return enqueue_sync(conn, retry.spec, own_pool=True)
         except BackendUnavailable as exc:
             time.sleep(retry.failed(exc))
 
