@@ -98,29 +98,39 @@ _READ, _WRITE = 1, 2  # what a step of the conversation waits for
 
 
 def _conversation(pgconn: pq.abc.PGconn) -> Generator[int, None, list[pq.abc.PGresult]]:
-    """Flush what was sent, wait for the whole answer and return its results; yields
-    what it waits for (``_READ`` or ``_WRITE``), for a driver to wait on."""
+    """Flush what was sent, read the whole answer and return its results; yields what it
+    waits for (``_READ`` or ``_WRITE``), for a driver to wait on. As psycopg's own
+    fetch: a connection that drops after an error result ends the answer there."""
     while pgconn.flush():
         yield _WRITE
+    results: list[pq.abc.PGresult] = []
     while True:
-        pgconn.consume_input()
-        if not pgconn.is_busy():
-            break
-        yield _READ
-    results = []
-    while (result := pgconn.get_result()) is not None:
+        try:
+            while pgconn.is_busy():
+                yield _READ
+                pgconn.consume_input()
+        except psycopg.DatabaseError:
+            if any(r.status == pq.ExecStatus.FATAL_ERROR for r in results):
+                return results
+            raise
+        result = pgconn.get_result()
+        if result is None:
+            return results
         results.append(result)
-    return results
 
 
-def _failed(result: pq.abc.PGresult, ok: pq.ExecStatus) -> bool:
-    """False when ``result`` is ``ok``; True when the session had no such prepared
-    statement; otherwise raise its error."""
-    if result.status == ok:
-        return False
-    if result.error_field(pq.DiagnosticField.SQLSTATE) != _INVALID_STATEMENT_NAME:
-        raise psycopg.errors.error_from_result(result, encoding="utf-8")
-    return True
+def _outcome(results: list[pq.abc.PGresult], ok: pq.ExecStatus) -> pq.abc.PGresult | None:
+    """Return the ``ok`` result of an answer; None when the session had no such prepared
+    statement; otherwise raise the first error, as psycopg does."""
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            if result.error_field(pq.DiagnosticField.SQLSTATE) == _INVALID_STATEMENT_NAME:
+                return None
+            raise psycopg.errors.error_from_result(result, encoding="utf-8")
+    for result in results:
+        if result.status == ok:
+            return result
+    raise psycopg.InternalError(f"no {ok.name} result among {[r.status for r in results]}")
 
 
 def _insert(conn: _AnyConn, values: list[bytes | None]) -> Generator[int, None, pq.abc.PGresult]:
@@ -129,16 +139,15 @@ def _insert(conn: _AnyConn, values: list[bytes | None]) -> Generator[int, None, 
     for _ in range(2):
         if conn not in _prepared:
             pgconn.send_prepare(_PREPARED_NAME, _TEXT)
-            answer = yield from _conversation(pgconn)
-            if not any(_failed(r, pq.ExecStatus.COMMAND_OK) for r in answer):
+            if _outcome((yield from _conversation(pgconn)), pq.ExecStatus.COMMAND_OK):
                 _prepared.add(conn)
         pgconn.send_query_prepared(_PREPARED_NAME, values, result_format=pq.Format.BINARY)
-        result = (yield from _conversation(pgconn))[-1]
-        if not _failed(result, pq.ExecStatus.TUPLES_OK):
+        result = _outcome((yield from _conversation(pgconn)), pq.ExecStatus.TUPLES_OK)
+        if result is not None:
             return result
         # the session lost its prepared statements (DISCARD ALL, DEALLOCATE): again
         _prepared.discard(conn)
-    raise psycopg.errors.error_from_result(result, encoding="utf-8")
+    raise psycopg.OperationalError("the insert's prepared statement vanished twice")
 
 
 async def _run_async(steps: Generator[int, None, _T], fd: int) -> _T:

@@ -149,3 +149,25 @@ def test_the_sync_client_takes_the_same_path(db_url: str, conn: psycopg.Connecti
             row["created_at"],
             row["payload"],
         )
+
+
+async def test_a_dropped_connection_under_the_insert_is_retried_and_creates_one_job(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    async with _client(db_url) as client:
+        await _enqueue_on_every_session(client)
+        killed = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'jobsd-client' AND datname = current_database()"
+        ).fetchone()
+        assert killed == (2,)
+        job = await client.enqueue("t", {"after": "kill"}, org_id="o")
+        assert await _on_every_session(client, PREPARED_NAMES) in (
+            [[{"name": PREPARED}], []],
+            [[], [{"name": PREPARED}]],
+            [[{"name": PREPARED}]] * 2,
+        )
+    assert conn.execute(
+        'SELECT count(*) FROM jobsd.jobs WHERE payload = \'{"after": "kill"}\''
+    ).fetchone() == (1,)
+    assert job_row(conn, job.id) is not None
