@@ -30,7 +30,7 @@ from jobsd.http.backend import ApiBackend
 from jobsd.http.protocols import RunTimesView
 from jobsd.store import api, schedules
 
-__all__ = ["JobsdCollector", "RequestMetrics", "metrics_router"]
+__all__ = ["JobsdCollector", "RequestMetrics", "metrics_router", "request_counter"]
 
 log = logging.getLogger(__name__)
 
