@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.http.backend import ApiBackend
+from jobsd.http.problems import endpoint_name
 from jobsd.http.schemas import HealthReport, Liveness, Readiness
 from jobsd.http.settings import HttpSettings
 from jobsd.store import api
@@ -73,22 +74,18 @@ _THRESHOLDS = (
 
 def health_router(backend: ApiBackend) -> APIRouter:
     """Build /healthz, /readyz and /health on ``backend``."""
-    router = APIRouter(tags=["health"])
+    router = APIRouter(tags=["health"], generate_unique_id_function=endpoint_name)
 
     def probe(
         path: str, model: type[BaseModel], summary: str, unavailable: str
     ) -> Callable[[_Endpoint], _Endpoint]:
-        """Declare ``GET path``: ``model``, also with 503 (``unavailable`` says when).
-
-        The operation id is the endpoint's name.
-        """
+        """Declare ``GET path``: ``model``, also with 503 (``unavailable`` says when)."""
 
         def declare(endpoint: _Endpoint) -> _Endpoint:
             return router.get(
                 path,
                 response_model=model,
                 responses={503: {"model": model, "description": unavailable}},
-                operation_id=endpoint.__name__,
                 summary=summary,
             )(endpoint)
 
