@@ -42,10 +42,6 @@ __all__ = [
 CONTRACT = "jobsd.snapshot.v1"
 
 
-SCHEMA_VERSION_NEEDED = 8
-"""The migration that added the columns a snapshot reads (0008_flow_control)."""
-
-
 @dataclass(frozen=True, slots=True)
 class SnapshotSummary:
     """What one export wrote."""
@@ -53,15 +49,6 @@ class SnapshotSummary:
     generated_at: datetime
     queues: int
     jobs: int
-
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    """The open read transaction, with the small parts of the snapshot already read."""
-
-    reader: store.SnapshotReader
-    header: dict[str, Any]
-    queues: list[dict[str, Any]]
 
 
 def write_snapshot(url: str, out: BinaryIO) -> SnapshotSummary:
@@ -96,6 +83,19 @@ def write_snapshot_file(url: str, path: Path) -> SnapshotSummary:
         raise
     _fsync_directory(directory)
     return summary
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """The open read transaction, with the small parts of the snapshot already read."""
+
+    reader: store.SnapshotReader
+    header: dict[str, Any]
+    queues: list[dict[str, Any]]
+
+
+SCHEMA_VERSION_NEEDED = 8
+"""The migration that added the columns a snapshot reads (0008_flow_control)."""
 
 
 @contextmanager

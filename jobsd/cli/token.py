@@ -7,9 +7,9 @@ import json
 import click
 
 from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.errors import fail, friendly_errors
 
 __all__ = ["token"]
-from jobsd.cli.errors import fail, friendly_errors
 
 
 @click.group()
@@ -19,15 +19,15 @@ def token() -> None:
 
 @token.command("create")
 @click.option("--org", "org_id", default=None, help="The org the token acts for.")
-@click.option("--name", default=None, help="A label, e.g. who or what uses the token.")
 @click.option(
     "--admin",
     is_flag=True,
     help="An operator's token, of no org: it administers queues (/queues, every org's) "
     "and acts for no org (leave --org out).",
 )
+@click.option("--name", default=None, help="A label, e.g. who or what uses the token.")
 @friendly_errors
-def token_create(org_id: str, name: str | None, admin: bool) -> None:
+def token_create(org_id: str | None, admin: bool, name: str | None) -> None:
     """Make a token and print it alone on stdout, once: only its hash is stored."""
     from jobsd.http.tokens import create_token
     from jobsd.store.connect import connect

@@ -12,18 +12,24 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Response
+from pydantic import BaseModel
 
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.http.backend import ApiBackend
+from jobsd.http.problems import endpoint_name
 from jobsd.http.schemas import HealthReport, Liveness, Readiness
 from jobsd.http.settings import HttpSettings
 from jobsd.store import api
 
 __all__ = ["STALL_S", "health_router"]
+
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 # a loop that has not ticked for this long is stalled
 STALL_S = 5.0
@@ -68,14 +74,28 @@ _THRESHOLDS = (
 
 def health_router(backend: ApiBackend) -> APIRouter:
     """Build /healthz, /readyz and /health on ``backend``."""
-    router = APIRouter(tags=["health"])
+    router = APIRouter(tags=["health"], generate_unique_id_function=endpoint_name)
 
-    @router.get(
+    def probe(
+        path: str, model: type[BaseModel], summary: str, unavailable: str
+    ) -> Callable[[_Endpoint], _Endpoint]:
+        """Declare ``GET path``: ``model``, also with 503 (``unavailable`` says when)."""
+
+        def declare(endpoint: _Endpoint) -> _Endpoint:
+            return router.get(
+                path,
+                response_model=model,
+                responses={503: {"model": model, "description": unavailable}},
+                summary=summary,
+            )(endpoint)
+
+        return declare
+
+    @probe(
         "/healthz",
-        response_model=Liveness,
-        responses={503: {"model": Liveness, "description": "The event loop is stalled."}},
-        operation_id="healthz",
-        summary="Liveness: the process answers, its event loop is not stalled",
+        Liveness,
+        "Liveness: the process answers, its event loop is not stalled",
+        "The event loop is stalled.",
     )
     async def healthz(response: Response) -> Liveness:
         age = backend.monitor.tick_age_s()
@@ -88,12 +108,11 @@ def health_router(backend: ApiBackend) -> APIRouter:
             last_tick_age_s=round(age, 4),
         )
 
-    @router.get(
+    @probe(
         "/readyz",
-        response_model=Readiness,
-        responses={503: {"model": Readiness, "description": "Not ready: see checks."}},
-        operation_id="readyz",
-        summary="Readiness: database reachable, LISTEN connections up",
+        Readiness,
+        "Readiness: database reachable, LISTEN connections up",
+        "Not ready: see checks.",
     )
     async def readyz(response: Response) -> Readiness:
         checks = {
@@ -110,12 +129,11 @@ def health_router(backend: ApiBackend) -> APIRouter:
             response.status_code = 503
         return Readiness(status="ready" if ready else "unavailable", checks=checks)
 
-    @router.get(
+    @probe(
         "/health",
-        response_model=HealthReport,
-        responses={503: {"model": HealthReport, "description": "The database is unavailable."}},
-        operation_id="health_report",
-        summary="Health report: early warnings about the jobs table and wake-ups",
+        HealthReport,
+        "Health report: early warnings about the jobs table and wake-ups",
+        "The database is unavailable.",
     )
     async def health_report(response: Response) -> HealthReport:
         report = await build_report(backend)

@@ -27,10 +27,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.http.backend import ApiBackend
+from jobsd.http.problems import endpoint_name
 from jobsd.http.protocols import RunTimesView
 from jobsd.store import api, schedules
 
-__all__ = ["JobsdCollector", "RequestMetrics", "metrics_router"]
+__all__ = ["JobsdCollector", "RequestMetrics", "metrics_router", "request_counter"]
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +265,7 @@ def metrics_router(backend: ApiBackend, registry: CollectorRegistry) -> APIRoute
     """Build /metrics; register the jobsd collector in ``registry``."""
     collector = JobsdCollector(backend)
     registry.register(collector)
-    router = APIRouter(tags=["health"])
+    router = APIRouter(tags=["health"], generate_unique_id_function=endpoint_name)
 
     @router.get(
         "/metrics",
@@ -275,7 +276,6 @@ def metrics_router(backend: ApiBackend, registry: CollectorRegistry) -> APIRoute
                 "content": {"text/plain": {"schema": {"type": "string"}}},
             }
         },
-        operation_id="metrics",
         summary="Prometheus metrics",
     )
     async def metrics() -> Response:

@@ -1,5 +1,8 @@
 """Turn jobsd errors into HTTP answers, and declare those answers in the OpenAPI schema.
 
+Every router names its operations with ``endpoint_name``: an operation's id is its
+endpoint's name.
+
 Errors are raised as ``HTTPException`` (body ``{"detail": {"code", "message"}}``) or,
 for a bad field, as ``RequestValidationError`` (FastAPI's own 422 shape, pointing at
 the field). Both are handled by every FastAPI app, so the router behaves the same
@@ -20,6 +23,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobsd.errors import BackendUnavailable, DatabaseError, OutcomeUnknown
@@ -31,6 +35,7 @@ __all__ = [
     "AsciiJSONResponse",
     "database_error",
     "db_unavailable",
+    "endpoint_name",
     "field_error",
     "http_error_handler",
     "new_correlation_id",
@@ -58,6 +63,11 @@ _DESCRIPTIONS = {
     503: "The database is unavailable: nothing was done (or, with code outcome_unknown, "
     "retry with the same id).",
 }
+
+
+def endpoint_name(route: APIRoute) -> str:
+    """Return the id of a route's operation: its endpoint's name (``list_jobs``)."""
+    return route.name
 
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:

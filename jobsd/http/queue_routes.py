@@ -21,7 +21,7 @@ from jobsd.admin import queues
 from jobsd.errors import QueueExists, UnknownQueue
 from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
-from jobsd.http.problems import problem, responses, store_errors
+from jobsd.http.problems import endpoint_name, problem, responses, store_errors
 from jobsd.http.schemas import QUEUE_PATTERN, ErrorOut, Problem, QueueName
 from jobsd.store.db import AsyncConn, acquire
 
@@ -164,7 +164,7 @@ def _not_found(name: str) -> Exception:
 
 def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> APIRouter:
     """Build the queue endpoints on ``backend``; ``admin_dependency`` admits admins only."""
-    router = APIRouter(tags=["queues"])
+    router = APIRouter(tags=["queues"], generate_unique_id_function=endpoint_name)
     Admin = Annotated[str, Depends(admin_dependency)]
 
     async def run(
@@ -206,9 +206,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
 
     @router.get(
         "/queues",
-        response_model=QueueList,
         responses=_answers(403),
-        operation_id="list_queues",
         summary="List the queues",
         description="Every declared queue, with its limits, whether it is paused, and its "
         "open jobs by state (every org's).",
@@ -220,9 +218,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
     @router.post(
         "/queues",
         status_code=201,
-        response_model=QueueOut,
         responses=_answers(403, conflict="A queue of that name exists already."),
-        operation_id="create_queue",
         summary="Declare a queue",
         description="201 with the queue; 409 `queue_exists` if the name is taken (nothing "
         "changes: use PATCH to change its limits).",
@@ -248,9 +244,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
 
     @router.get(
         "/queues/{name}",
-        response_model=QueueOut,
         responses=_answers(403, 404),
-        operation_id="get_queue",
         summary="Read a queue",
     )
     async def get_queue(name: QueuePath, actor: Admin) -> QueueOut:
@@ -261,9 +255,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
 
     @router.patch(
         "/queues/{name}",
-        response_model=QueueOut,
         responses=_answers(403, 404),
-        operation_id="set_queue_limits",
         summary="Change a queue's limits",
         description="A field left out stays as it is; null removes the limit. A capacity "
         "below the queue's open jobs is accepted: submissions are refused until fewer "
@@ -300,9 +292,8 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
 
         @router.post(
             f"/queues/{{name}}/{action}",
-            response_model=QueueOut,
             responses=_answers(403, 404),
-            operation_id=f"{action}_queue",
+            name=f"{action}_queue",
             summary=summary,
             description=description,
         )
@@ -330,9 +321,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
 
     @router.delete(
         "/queues/{name}",
-        response_model=QueueDropped,
         responses=_answers(403),
-        operation_id="drop_queue",
         summary="Drop a queue (refused: `jobsd queue drop`)",
         description="Dropping a queue deletes every org's finished jobs in it: it is the "
         "owner's, on the command line (`jobsd queue drop NAME`). Through the API it is "

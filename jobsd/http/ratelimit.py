@@ -22,8 +22,6 @@ _RATE = re.compile(
     re.IGNORECASE,
 )
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
-# keys kept before idle (full) buckets are dropped: a full bucket is the same as none
-_PRUNE_AT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +48,10 @@ class Rate:
     def per_s(self) -> float:
         """Return the refill rate in submissions per second."""
         return self.count / self.unit_s
+
+
+# keys kept before idle (full) buckets are dropped: a full bucket is the same as none
+_PRUNE_AT = 10_000
 
 
 class SubmitLimiter:

@@ -39,6 +39,7 @@ from jobsd.http.problems import (
     QUEUE_FULL_RETRY_S,
     database_error,
     db_unavailable,
+    endpoint_name,
     field_error,
     problem,
     rate_limited,
@@ -97,15 +98,17 @@ def jobs_router(
     With ``with_lifespan`` the router carries the backend's lifespan, which FastAPI
     merges into the lifespan of the app that includes it.
     """
-    router = APIRouter(tags=["jobs"], lifespan=backend.lifespan if with_lifespan else None)
+    router = APIRouter(
+        tags=["jobs"],
+        lifespan=backend.lifespan if with_lifespan else None,
+        generate_unique_id_function=endpoint_name,
+    )
     Org = Annotated[str, Depends(org_dependency)]
 
     @router.post(
         "/jobs",
         status_code=202,
-        response_model=JobOut,
         responses=responses(409, 413, 429, 503),
-        operation_id="submit_job",
         summary="Submit a job",
         description="Answers 202 once the job is committed, whatever the workers are doing. "
         "With a client `id`, a retried submission returns the same job, never a second one; "
@@ -178,9 +181,7 @@ def jobs_router(
 
     @router.get(
         "/jobs",
-        response_model=JobPage,
         responses=responses(429, 503),
-        operation_id="list_jobs",
         summary="List the org's jobs, newest first",
         description="Keyset-paginated: pass `next_cursor` as `cursor` for the next page. "
         "Items leave out payload and report (read them with GET /jobs/{job_id}).",
@@ -227,9 +228,7 @@ def jobs_router(
 
     @router.get(
         "/jobs/{job_id}",
-        response_model=JobDetail,
         responses=responses(404, 429, 503),
-        operation_id="get_job",
         summary="Read a job and its history",
         description="With `wait=S`, answers as soon as the job is terminal (succeeded, failed, "
         "cancelled), woken by a database notification, or after S seconds (capped by "
@@ -267,7 +266,6 @@ def jobs_router(
 
     @router.post(
         "/jobs/{job_id}/cancel",
-        response_model=JobOut,
         responses={
             **responses(404, 409, 503),
             202: {
@@ -276,7 +274,6 @@ def jobs_router(
                 "handler is cancelled within one heartbeat, then the job is cancelled.",
             },
         },
-        operation_id="cancel_job",
         summary="Cancel a job",
         description="A queued, scheduled or blocked job becomes cancelled at once (200; "
         "repeating the request answers 200 again). A running job gets a cancel request "
@@ -324,9 +321,7 @@ def jobs_router(
 
     @router.post(
         "/jobs/{job_id}/retry",
-        response_model=JobOut,
         responses=responses(404, 409, 503),
-        operation_id="retry_job",
         summary="Retry a failed or cancelled job",
         description="A failed or cancelled job gets a new attempt of the same job: it is "
         "queued again (200, the job as it is now), recorded in its history (reason "

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from jobsd.http.backend import ApiBackend
-from jobsd.http.problems import responses, store_errors
+from jobsd.http.problems import endpoint_name, responses, store_errors
 from jobsd.http.schemas import ErrorOut
 from jobsd.store import schedules
 
@@ -58,12 +58,11 @@ class ScheduleList(BaseModel):
 
 def schedules_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> APIRouter:
     """Build ``GET /schedules`` on ``backend``; ``admin_dependency`` admits admins only."""
-    router = APIRouter(tags=["schedules"])
+    router = APIRouter(tags=["schedules"], generate_unique_id_function=endpoint_name)
     Admin = Annotated[str, Depends(admin_dependency)]
 
     @router.get(
         "/schedules",
-        response_model=ScheduleList,
         responses={
             403: {
                 "model": ErrorOut,
@@ -72,7 +71,6 @@ def schedules_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) 
             },
             **responses(503),
         },
-        operation_id="list_schedules",
         summary="List the periodic schedules",
         description="Every schedule declared by a daemon, with its next tick, its last tick, "
         "that tick's job and state, and its counters.",

@@ -33,21 +33,6 @@ __all__ = ["Answer", "Child", "ChildPool", "ChildSettings", "describe_exit"]
 
 log = logging.getLogger(__name__)
 
-STARTUP_TIMEOUT_S = 60.0
-"""how long a new child may take to import jobsd and say it is ready"""
-
-
-@dataclass(frozen=True, slots=True)
-class ChildSettings:
-    """How children are stopped and how much they may send."""
-
-    kill_grace_s: float
-    """``JOBSD_KILL_GRACE``: between SIGTERM and SIGKILL"""
-    max_line_bytes: int
-    """the longest message a child may send (a report or a progress record)"""
-    max_idle: int
-    """children kept for reuse"""
-
 
 @dataclass(frozen=True, slots=True)
 class Answer:
@@ -84,6 +69,22 @@ class Child:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSettings:
+    """How children are stopped and how much they may send."""
+
+    kill_grace_s: float
+    """``JOBSD_KILL_GRACE``: between SIGTERM and SIGKILL"""
+    max_line_bytes: int
+    """the longest message a child may send (a report or a progress record)"""
+    max_idle: int
+    """children kept for reuse"""
+
+
+STARTUP_TIMEOUT_S = 60.0
+"""how long a new child may take to import jobsd and say it is ready"""
 
 
 class ChildPool:

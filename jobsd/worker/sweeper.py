@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import anyio
@@ -69,32 +69,24 @@ class SweeperSettings:
     """how long a type's ``recover`` hook may take"""
 
 
+@dataclass(eq=False, repr=False)
 class Sweeper:
     """Requeue or fail stale running jobs."""
 
-    def __init__(
-        self,
-        pool: AsyncPool,
-        cfg: SweeperSettings,
-        clock: Clock,
-        registry: Registry,
-        stats: DaemonStats,
-        on_failed: Callable[[Job], None],
-        recoverer: Recoverer | None = None,
-    ) -> None:
-        self.recoverer = recoverer or Recoverer(
-            pool,
-            RecovererSettings(cfg.worker_id, cfg.recover_timeout_s),
-            clock,
-            registry,
-            on_failed,
-        )
-        self.pool = pool
-        self.cfg = cfg
-        self.clock = clock
-        self.registry = registry
-        self.stats = stats
-        self.on_failed = on_failed
+    pool: AsyncPool
+    cfg: SweeperSettings
+    clock: Clock
+    registry: Registry
+    stats: DaemonStats
+    on_failed: Callable[[Job], None]
+    recoverer: Recoverer | None = None
+    """settles ``recovery_required`` jobs (the daemon's); None: its own, made when first needed"""
+    clock_watch: DbClockWatch = field(init=False)
+    _intervals: dict[str, float] = field(init=False)
+    _passed_at: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
         # a step of the database's clock within a tenth of the lease cannot push a
         # live owner's heartbeat (at most ~0.8 of the lease old) past it
         self.clock_watch = DbClockWatch(hold_s=cfg.stale_after_s, slack_s=cfg.stale_after_s / 10)
@@ -104,7 +96,7 @@ class Sweeper:
             "death check": cfg.death_check_interval_s,
             "sweep": cfg.sweep_interval_s,
         }
-        self._passed_at = dict.fromkeys(self._intervals, clock.monotonic())
+        self._passed_at = dict.fromkeys(self._intervals, self.clock.monotonic())
 
     def stalled(self, bound_s: float) -> bool:
         """Say whether a kind of pass (death check, sweep) has not completed for more than
@@ -182,6 +174,11 @@ class Sweeper:
     async def _recover(self, job: Job) -> Job:
         """Ask the type's recover hook what became of a job whose owner died; apply it
         (``recoverer.py``)."""
+        if self.recoverer is None:
+            settings = RecovererSettings(self.cfg.worker_id, self.cfg.recover_timeout_s)
+            self.recoverer = Recoverer(
+                self.pool, settings, self.clock, self.registry, self.on_failed
+            )
         return await self.recoverer.recover(job)
 
     def _count(self, jobs: list[Job]) -> SweepCounts:

@@ -24,6 +24,7 @@ from jobsd.models import JobStatus
 from jobsd.store import jobs_ops, queries
 from jobsd.store import ui as store
 from jobsd.store.db import AsyncConn
+from jobsd.store.jobs_ops import CancelOutcome
 
 __all__ = ["add_actions"]
 
@@ -39,14 +40,27 @@ def add_actions(router: APIRouter, ui: Ui) -> None:
         job_id = job_id_of(request)
         if job_id is None:
             return ui.error_page(request, viewer, 404, "no such job")
-        done = await ui.backend.read(
-            f"cancel of job {job_id}",
-            jobs_ops.cancel_job,
-            job_id,
-            actor=viewer.actor,
-            reason="cancelled from the dashboard",
-            org_id=viewer.scope,
-        )
+
+        async def apply(conn: AsyncConn) -> CancelOutcome:
+            done = await jobs_ops.cancel_job(
+                conn,
+                job_id,
+                actor=viewer.actor,
+                reason="cancelled from the dashboard",
+                org_id=viewer.scope,
+            )
+            if done.action == "requested":
+                # the job runs on until its handler stops: the history says who asked
+                await store.note_event(
+                    conn,
+                    job_id,
+                    actor=viewer.actor,
+                    reason="cancel requested from the dashboard",
+                    org_id=viewer.scope,
+                )
+            return done
+
+        done = await ui.backend.read(f"cancel of job {job_id}", apply)
         if done.job is None:
             return ui.error_page(request, viewer, 404, f"job {job_id} not found")
         if done.action == "none" and done.job.status not in (
@@ -55,15 +69,6 @@ def add_actions(router: APIRouter, ui: Ui) -> None:
         ):
             return ui.error_page(
                 request, viewer, 409, f"job {job_id} is {done.job.status}: nothing to cancel"
-            )
-        if done.action == "requested":
-            await ui.backend.read(
-                f"note on job {job_id}",
-                store.note_event,
-                job_id,
-                actor=viewer.actor,
-                reason="cancel requested from the dashboard",
-                org_id=viewer.scope,
             )
         log.info("ui.cancel", extra={"job_id": str(job_id), "actor": viewer.actor})
         return back_to_job(

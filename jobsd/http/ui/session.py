@@ -24,6 +24,14 @@ __all__ = ["COOKIE_NAME", "Session", "SessionSigner"]
 COOKIE_NAME = "jobsd_session"
 
 
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 @dataclass(frozen=True, slots=True)
 class Session:
     """What a valid cookie says: whose token, until when, and the CSRF nonce."""
@@ -31,14 +39,6 @@ class Session:
     token_hash: bytes
     expires_at: float
     nonce: str
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 class SessionSigner:

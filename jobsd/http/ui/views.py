@@ -30,10 +30,6 @@ __all__ = [
     "span",
 ]
 
-CHART_MINUTES = 60
-CHART_HEIGHT = 32
-BAR_WIDTH = 3
-
 
 @dataclass(frozen=True, slots=True)
 class Bar:
@@ -84,6 +80,13 @@ def span(seconds: float | None, *, compact: bool = False) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.0f}{gap}{units[2]}"
     return f"{seconds / 86400:.0f}{gap}{units[3]}"
+
+
+# the throughput chart's geometry (`jobsd top` and overview.html read it too): a bar
+# a minute for the last CHART_MINUTES minutes, up to CHART_HEIGHT high
+CHART_MINUTES = 60
+CHART_HEIGHT = 32
+BAR_WIDTH = 3
 
 
 def _bars(per_minute: dict[int, tuple[int, int]]) -> list[Bar]:
