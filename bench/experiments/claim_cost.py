@@ -10,13 +10,11 @@ the daemon's claims).
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
-import anyio
 import psycopg
-from common import DEFAULT_URL, scratch
+from common import run_on_scratch
 from measure import ORG, TYPE
 from psycopg.rows import dict_row
 
@@ -76,13 +74,5 @@ async def main_async(url: str) -> None:
         print(f"| {name} | {xs[len(xs) // 2]:.3f} | {xs[int(len(xs) * 0.9)]:.3f} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--database-url", default=DEFAULT_URL)
-    args = parser.parse_args()
-    with scratch(args.database_url) as s:
-        anyio.run(main_async, s.clone("claim"))
-
-
 if __name__ == "__main__":
-    main()
+    run_on_scratch("claim", main_async)

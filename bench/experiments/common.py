@@ -7,15 +7,17 @@ are scratch: their SQL is what is being tried, not what jobsd ships.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 from psycopg import sql
 
@@ -80,6 +82,18 @@ def scratch(admin_url: str) -> Iterator[Scratch]:
         yield s
     finally:
         s.cleanup()
+
+
+def run_on_scratch(name: str, run: Callable[..., Awaitable[None]], **options: int) -> None:
+    """The main of a scratch script: read ``--database-url`` and an integer flag per
+    ``options`` (name=default), then ``anyio.run(run, url, *values)`` on a fresh clone."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    for option, default in options.items():
+        parser.add_argument(f"--{option}", type=int, default=default)
+    args = parser.parse_args()
+    with scratch(args.database_url) as s:
+        anyio.run(run, s.clone(name), *(getattr(args, option) for option in options))
 
 
 def backend_cpu(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> float:

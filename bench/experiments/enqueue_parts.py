@@ -10,14 +10,12 @@ trip through psycopg (the floor of any statement on it).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-from common import DEFAULT_URL, scratch
+from common import run_on_scratch
 from measure import ORG, TYPE
 
 import jobsd
@@ -118,14 +116,5 @@ async def main_async(url: str, n: int) -> None:
         print(f"| {name} | {us:.0f} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--database-url", default=DEFAULT_URL)
-    parser.add_argument("--n", type=int, default=3000)
-    args = parser.parse_args()
-    with scratch(args.database_url) as s:
-        anyio.run(main_async, s.clone("parts"), args.n)
-
-
 if __name__ == "__main__":
-    main()
+    run_on_scratch("parts", main_async, n=3000)

@@ -233,30 +233,29 @@ async def test_a_claim_commits_without_waiting_for_the_disk_unless_asked(
     assert (await (await aconn.execute("SHOW synchronous_commit")).fetchone()) == ("on",)
 
 
-async def test_a_claim_that_takes_an_at_most_once_job_waits_for_the_disk(
-    aconn: Conn, conn: psycopg.Connection[Any]
+@pytest.mark.parametrize(
+    ("free", "claimed", "mode", "left_queued"),
+    [
+        # the at-most-once job comes first, in the free slot; the other is claimed with it
+        (1, 2, "on", []),
+        # no free slot: the at-most-once job is not claimed ahead, the other one is
+        (0, 1, "off", [("charge",)]),
+    ],
+)
+async def test_a_claim_waits_for_the_disk_only_when_it_takes_an_at_most_once_job(
+    aconn: Conn,
+    conn: psycopg.Connection[Any],
+    free: int,
+    claimed: int,
+    mode: str,
+    left_queued: list[tuple[str]],
 ) -> None:
     make_jobs(conn, 1, type="charge")
     make_jobs(conn, 1, type="t")
-    # the at-most-once job comes first, in the free slot; the other is claimed with it
-    assert await _commit_mode_after_claim(
-        aconn, limit=2, free=1, at_most_once_types=["charge"]
-    ) == (2, "on")
-    assert count_jobs(conn, "status = 'running'") == 2
-
-
-async def test_a_claim_that_skips_the_at_most_once_type_commits_without_waiting(
-    aconn: Conn, conn: psycopg.Connection[Any]
-) -> None:
-    make_jobs(conn, 1, type="t")
-    make_jobs(conn, 1, type="charge")
-    # no free slot: the at-most-once job is not claimed ahead, the other one is
-    assert await _commit_mode_after_claim(
-        aconn, limit=2, free=0, at_most_once_types=["charge"]
-    ) == (1, "off")
-    assert conn.execute("SELECT type FROM jobsd.jobs WHERE status = 'queued'").fetchall() == [
-        ("charge",)
-    ]
+    got = await _commit_mode_after_claim(aconn, limit=2, free=free, at_most_once_types=["charge"])
+    assert got == (claimed, mode)
+    queued = conn.execute("SELECT type FROM jobsd.jobs WHERE status = 'queued'").fetchall()
+    assert queued == left_queued
 
 
 async def test_a_claim_that_takes_a_job_with_a_concurrency_key_waits_for_the_disk(
