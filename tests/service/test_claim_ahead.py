@@ -225,3 +225,27 @@ async def test_jobsd_durable_claims_reaches_the_claimer_and_jobs_run_either_way(
         jobs = [await client.enqueue(t, {}, org_id="o") for t in ("t", "once", "t")]
         await _all_succeed(db, *jobs)
     await assert_history_complete_async(db)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/decisions.md, 'Claiming ahead'): a job claimed ahead waits "
+    "for its own daemon's slot, even behind a run that never ends, while another daemon idles",
+)
+async def test_a_job_claimed_ahead_behind_a_blocked_slot_runs_elsewhere(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    release = _blocking_and_once(registry)
+    blocker = await client.enqueue("t", {"block": True}, org_id="o")
+    behind = await client.enqueue("t", {}, org_id="o")
+    try:
+        async with running_daemon(make_settings(db_url, worker_id="a", slots=1), registry):
+            # a's first round: the blocker in its slot, the other claimed ahead of it
+            row = await wait_status(db, behind.id, "running")
+            assert row["worker_id"] == "a"
+            assert (await fetch_job(db, blocker.id))["status"] == "running"
+            settings_b = make_settings(db_url, worker_id="b", slots=1)
+            async with running_daemon(settings_b, registry):
+                row = await wait_status(db, behind.id, "succeeded", timeout_s=5)
+    finally:
+        release.set()
