@@ -74,6 +74,7 @@ class Statement:
 Plan = Generator[Statement, list[Row], Job]
 # Runs one named statement of a plan: run_named, or run_for_org with the spec's org.
 _Execute = Callable[[AsyncConn, str, dict[str, Any]], Awaitable[list[Row]]]
+_ExecuteSync = Callable[[SyncConn, str, dict[str, Any]], list[Row]]
 
 
 def enqueue_plan(spec: JobSpec) -> Plan:
@@ -177,11 +178,7 @@ def _run_on_own_pool_sync(conn: SyncConn, name: str, params: dict[str, Any]) -> 
     return run_named_sync(conn, name, params)
 
 
-def _drive_sync(
-    conn: SyncConn,
-    plan: Plan,
-    execute: Callable[[SyncConn, str, dict[str, Any]], list[Row]] = run_named_sync,
-) -> Job:
+def _drive_sync(conn: SyncConn, plan: Plan, execute: _ExecuteSync = run_named_sync) -> Job:
     """Run a plan on a sync connection, each statement through ``execute``."""
     statement = next(plan)
     while True:
@@ -219,7 +216,8 @@ async def enqueue(
 
     In one transaction when the plan writes more than once (dependencies): on a
     connection already in a transaction that is a savepoint; on jobsd's own
-    autocommit connections (``own_pool``) a transaction of its own. Raises
+    autocommit connections a transaction of its own. ``own_pool``: ``conn`` is one of
+    jobsd's own, so the insert may go through libpq directly (``store.wire``). Raises
     UnknownQueue, QueueFull, UnknownDependency, DuplicateJob, InvalidPayload,
     BackendUnavailable, DatabaseError.
     """

@@ -112,8 +112,8 @@ async def claim_batch(
     start at once; the others are claimed ahead and are only jobs without a dedup or
     concurrency key, and not of ``at_most_once_types``. ``types``: claim only jobs of
     these types (the daemon's handlers); None claims every type. Unless ``durable``,
-    or one of the jobs is of an at-most-once type, the claim commits without waiting
-    for the disk (docs/decisions.md).
+    or one of the jobs is of an at-most-once type or has a concurrency key, the claim
+    commits without waiting for the disk (docs/decisions.md).
     """
     limits = dict(key_limits or {})
     params = {

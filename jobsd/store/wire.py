@@ -47,9 +47,7 @@ _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _INT64 = struct.Struct("!q")
 
 # connections whose session holds the prepared statement
-_prepared: weakref.WeakSet[psycopg.AsyncConnection[Any] | psycopg.Connection[Any]] = (
-    weakref.WeakSet()
-)
+_prepared: weakref.WeakSet[_AnyConn] = weakref.WeakSet()
 
 
 def _positional(text: str) -> tuple[bytes, tuple[str, ...]]:

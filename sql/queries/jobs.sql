@@ -177,7 +177,8 @@ chosen AS (
 -- is of an at-most-once type or has a concurrency key, this transaction commits
 -- without waiting for its WAL to reach the disk. A claim lost in a crash of Postgres
 -- is a job queued again, never a job lost; the run's later writes (heartbeat, outcome)
--- wait for the disk, and with them for this claim.
+-- wait for the disk, and with them for this claim. `relaxed_commit` in RETURNING is
+-- there to make commit_mode run (a CTE nobody reads is not evaluated).
 commit_mode AS MATERIALIZED (
   SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
   WHERE %(relaxed_commit)s AND NOT EXISTS (
