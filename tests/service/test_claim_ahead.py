@@ -144,74 +144,40 @@ async def test_claim_ahead_zero_claims_only_for_free_slots(
     await assert_history_complete_async(db)
 
 
-async def test_jobs_with_a_dedup_or_concurrency_key_are_never_claimed_ahead(
-    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
-) -> None:
-    release = _blocking_and_once(registry)
-    async with running_daemon(make_settings(db_url, slots=1, claim_ahead=3), registry) as d:
-        first = await client.enqueue("t", {"block": True}, org_id="acme")
-        await wait_status(db, first.id, "running")
-        deduped = await client.enqueue("t", {}, org_id="acme", dedup_key="d")
-        keyed = await client.enqueue("t", {}, org_id="acme", concurrency_key="k")
-        plain = await client.enqueue("t", {}, org_id="acme")
-        await wait_status(db, plain.id, "running")
-        await d.claimer.run_once("notify")
+@pytest.mark.parametrize(
+    "held_back",
+    [
         # older, but keyed: they wait in the queue (the dedup key stays held, the
         # concurrency key free) until a slot is free for them
-        assert (await fetch_job(db, deduped.id))["dedup_key"] == "d"
-        assert (await fetch_job(db, deduped.id))["status"] == "queued"
-        assert (await fetch_job(db, keyed.id))["status"] == "queued"
-        assert d.holdings.waiting == 1
-        release.set()
-        await _all_succeed(db, first, deduped, keyed, plain)
-    await assert_history_complete_async(db)
-
-
-async def test_at_most_once_jobs_are_never_claimed_ahead(
-    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+        [("t", {"dedup_key": "d"}), ("t", {"concurrency_key": "k"})],
+        # older, but at most once: a daemon killed with one waiting would fail it unrun
+        # ('worker lost'), so it is claimed only into a free slot
+        [("once", {})],
+    ],
+    ids=["dedup_or_concurrency_key", "at_most_once"],
+)
+async def test_keyed_and_at_most_once_jobs_are_never_claimed_ahead(
+    db_url: str,
+    db: ADb,
+    client: jobsd.Client,
+    registry: Registry,
+    held_back: list[tuple[str, dict[str, str]]],
 ) -> None:
-    # a daemon killed with one waiting would fail it unrun ('worker lost'): an
-    # at-most-once job is claimed only into a free slot
     release = _blocking_and_once(registry)
     async with running_daemon(make_settings(db_url, slots=1, claim_ahead=3), registry) as d:
         first = await client.enqueue("t", {"block": True}, org_id="acme")
         await wait_status(db, first.id, "running")
-        amo = await client.enqueue("once", {}, org_id="acme")
+        held = [await client.enqueue(t, {}, org_id="acme", **o) for t, o in held_back]
         plain = await client.enqueue("t", {}, org_id="acme")
         await wait_status(db, plain.id, "running")
         await d.claimer.run_once("notify")
-        # older, but at most once: it waits in the queue for a free slot
-        assert (await fetch_job(db, amo.id))["status"] == "queued"
+        for job in held:
+            row = await fetch_job(db, job.id)
+            assert row["status"] == "queued"
+            assert row["dedup_key"] == job.dedup_key
         assert d.holdings.waiting == 1
         release.set()
-        await _all_succeed(db, first, amo, plain)
-    await assert_history_complete_async(db)
-
-
-def test_claim_ahead_defaults_to_the_slots() -> None:
-    assert make_settings("postgresql://x/y", slots=7).effective_claim_ahead == 7
-    assert make_settings("postgresql://x/y", slots=7, claim_ahead=0).effective_claim_ahead == 0
-
-
-async def test_a_job_left_for_a_free_slot_is_claimed_when_one_frees_not_at_the_next_poll(
-    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
-) -> None:
-    # a round without a free slot claims ahead only what may wait (no key, not at most
-    # once): what it left is claimed as soon as a slot frees, with no wake-up (30 s poll)
-    release = _blocking_and_once(registry)
-    settings = make_settings(db_url, slots=1, claim_ahead=2, poll_interval=30.0)
-    async with running_daemon(settings, registry) as d:
-        first = await client.enqueue("t", {"block": True}, org_id="acme")
-        await wait_status(db, first.id, "running")
-        amo = await client.enqueue("once", {}, org_id="acme")
-        keyed = await client.enqueue("t", {}, org_id="acme", concurrency_key="k")
-        await d.claimer.run_once("notify")  # no free slot: nothing may be claimed ahead
-        assert (await fetch_job(db, amo.id))["status"] == "queued"
-        assert (await fetch_job(db, keyed.id))["status"] == "queued"
-        release.set()
-        with anyio.fail_after(5):
-            await _all_succeed(db, first, amo, keyed)
-    assert d.stats.wakeups["poll"] == 0
+        await _all_succeed(db, first, *held, plain)
     await assert_history_complete_async(db)
 
 
