@@ -181,6 +181,33 @@ async def test_keyed_and_at_most_once_jobs_are_never_claimed_ahead(
     await assert_history_complete_async(db)
 
 
+def test_claim_ahead_defaults_to_the_slots() -> None:
+    assert make_settings("postgresql://x/y", slots=7).effective_claim_ahead == 7
+    assert make_settings("postgresql://x/y", slots=7, claim_ahead=0).effective_claim_ahead == 0
+
+
+async def test_a_job_left_for_a_free_slot_is_claimed_when_one_frees_not_at_the_next_poll(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    # a round without a free slot claims ahead only what may wait (no key, not at most
+    # once): what it left is claimed as soon as a slot frees, with no wake-up (30 s poll)
+    release = _blocking_and_once(registry)
+    settings = make_settings(db_url, slots=1, claim_ahead=2, poll_interval=30.0)
+    async with running_daemon(settings, registry) as d:
+        first = await client.enqueue("t", {"block": True}, org_id="acme")
+        await wait_status(db, first.id, "running")
+        amo = await client.enqueue("once", {}, org_id="acme")
+        keyed = await client.enqueue("t", {}, org_id="acme", concurrency_key="k")
+        await d.claimer.run_once("notify")  # no free slot: nothing may be claimed ahead
+        assert (await fetch_job(db, amo.id))["status"] == "queued"
+        assert (await fetch_job(db, keyed.id))["status"] == "queued"
+        release.set()
+        with anyio.fail_after(5):
+            await _all_succeed(db, first, amo, keyed)
+    assert d.stats.wakeups["poll"] == 0
+    await assert_history_complete_async(db)
+
+
 @pytest.mark.parametrize("durable", [False, True])
 async def test_jobsd_durable_claims_reaches_the_claimer_and_jobs_run_either_way(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry, durable: bool
