@@ -99,6 +99,11 @@ class Settings(BaseSettings):
     ``slots``; 0: claim only for free slots). Never a job with a dedup or concurrency
     key, nor of an at-most-once type. Given back, unstarted, on stop: docs/decisions.md."""
 
+    claim_ahead_max_wait: Duration = 1.0
+    """How long a job claimed ahead may wait while no slot of its daemon frees; then it
+    goes back to ``queued`` (reason ``not started``) for another daemon, and claiming
+    ahead pauses while runs take more than half of it (docs/decisions.md)."""
+
     durable_claims: bool = False
     """Every claim waits for its WAL to reach the disk before its jobs start (unset:
     only claims of at-most-once jobs do; a claim lost in a crash of Postgres is a job

@@ -22,9 +22,10 @@ from common import DEFAULT_URL, backend_cpu, median, scratch
 from psycopg.rows import dict_row, tuple_row
 
 import jobsd
-from jobsd.client import JobSpec, _many_params
+from jobsd.client import JobSpec
 from jobsd.models import Job
 from jobsd.settings import Settings
+from jobsd.store.enqueue import _many_params
 from jobsd.store.sqlfiles import load_queries
 
 B = 1000
@@ -37,7 +38,8 @@ def specs(lo: int) -> list[JobSpec]:
 async def main_async(url: str, calls: int) -> None:
     q = load_queries()
     many = q["jobs_insert_many"]
-    narrow = many.replace("RETURNING *", "RETURNING id")
+    star = many.replace("RETURNING id, status, run_after, created_at", "RETURNING *")
+    narrow = many.replace("RETURNING id, status, run_after, created_at", "RETURNING id")
     async with (
         jobsd.Client(url, settings=Settings(database_url=url, pool_size=2)) as client,
         await psycopg.AsyncConnection.connect(url, autocommit=True) as conn,
@@ -54,7 +56,7 @@ async def main_async(url: str, calls: int) -> None:
         async def stmt_star(lo: int) -> None:
             params = _many_params(specs(lo))
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(many, params)
+                await cur.execute(star, params)
                 [Job.from_row(r) for r in await cur.fetchall()]
 
         async def stmt_id(lo: int) -> None:

@@ -170,6 +170,12 @@ class JobsdCollector(Collector):
             "Outcomes not written because the lease was lost.",
             value=stats.discarded,
         )
+        yield CounterMetricFamily(
+            "jobsd_claimed_ahead_given_back",
+            "Jobs claimed ahead and given back unstarted: every slot stayed held by a run "
+            "that lasted.",
+            value=stats.given_back,
+        )
         wakeups = CounterMetricFamily(
             "jobsd_wakeups", "Claimer wake-ups, by cause.", labels=["cause"]
         )

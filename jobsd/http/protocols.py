@@ -55,6 +55,11 @@ class StatsView(Protocol):
         ...
 
     @property
+    def given_back(self) -> int:
+        """Return jobs claimed ahead and given back unstarted (slots that did not free)."""
+        ...
+
+    @property
     def wakeups(self) -> Mapping[str, int]:
         """Return claimer wake-ups, by cause."""
         ...

@@ -170,11 +170,31 @@ class JobRunner:
             self._crash = crash
             self._closing.set()  # ``run`` ends and raises it, as a task group would
 
-    def _give_back_waiting(self) -> None:
+    def _give_back_waiting(self) -> int:
         """Hand the jobs claimed ahead and never started to the completer: back to
-        ``queued`` (reason ``not started``), whatever their delivery: no handler ran."""
-        for held in self.holdings.take_waiting():
+        ``queued`` (reason ``not started``), whatever their delivery: no handler ran.
+        Return how many."""
+        taken = self.holdings.take_waiting()
+        for held in taken:
             self.submit(held, Outcome(status="queued", reason="not started"))
+        return len(taken)
+
+    async def _give_back_stale_waiting(self) -> None:
+        """Give back the jobs claimed ahead while every slot stays held by a run that
+        lasts (``Holdings.stale_in``): another daemon may have a free slot for them."""
+        while True:
+            stale_in = self.holdings.stale_in()
+            if stale_in is None:
+                await self.holdings.wait_waiting()
+            elif stale_in > 0:
+                await self.clock.sleep(stale_in)
+            else:
+                given = self._give_back_waiting()
+                self.stats.given_back += given
+                log.info(
+                    "runner.gave_back_waiting",
+                    extra={"count": given, "slots": self.holdings.slots},
+                )
 
     async def run_once(self, job: Job) -> Outcome:
         """Hold a claimed job, run it here and submit its outcome; return that outcome."""
@@ -191,7 +211,10 @@ class JobRunner:
             self._hosting = True
             task_status.started()
             try:
-                await self._closing.wait()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._give_back_stale_waiting)
+                    await self._closing.wait()
+                    tg.cancel_scope.cancel()
                 self._give_back_waiting()
                 with anyio.move_on_after(self.cfg.grace_s):
                     await self.holdings.wait_idle()

@@ -13,7 +13,14 @@ from jobsd.context import JobContext
 from jobsd.models import Job
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["Held", "Holdings"]
+__all__ = ["AHEAD_MAX_WAIT_S", "Held", "Holdings"]
+
+AHEAD_MAX_WAIT_S = 1.0
+"""``JOBSD_CLAIM_AHEAD_MAX_WAIT_S``: how long a job claimed ahead may wait while no slot
+frees before it is given back (and how short runs must be for claiming ahead to go on)"""
+
+# weight of the newest run in the running mean of run times
+_RUN_S_WEIGHT = 0.2
 
 
 @dataclass(slots=True)
@@ -42,13 +49,32 @@ class Holdings:
 
     Holdings are keyed by lease, not by job: a job swept away from this daemon can be
     claimed again by it while the old run still ends, and the two must not be mixed up.
+
+    Claiming ahead pays while the slots turn over: it stops while runs take more than
+    half of ``ahead_max_wait_s`` on average, or while no slot has freed for that half
+    (every slot is held by a run that lasts); and jobs claimed ahead that waited
+    ``ahead_max_wait_s`` with no slot freeing meanwhile are ``stale_waiting``: the
+    runner gives them back for another daemon (docs/decisions.md, "Claiming ahead").
     """
 
-    def __init__(self, slots: int, clock: Clock = SYSTEM_CLOCK, *, ahead: int = 0) -> None:
+    def __init__(
+        self,
+        slots: int,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        ahead: int = 0,
+        ahead_max_wait_s: float = AHEAD_MAX_WAIT_S,
+    ) -> None:
         self.slots = slots
         self.ahead = ahead
         """jobs claimed ahead of the free slots: held (and heartbeated), not started yet"""
+        self.ahead_max_wait_s = ahead_max_wait_s
         self.clock = clock
+        self._last_freed = clock.monotonic()
+        """when a slot last freed (or these holdings began)"""
+        self._mean_run_s: float | None = None
+        """running mean of this daemon's run times (None: no run has ended yet)"""
+        self._on_waiting: anyio.Event | None = None
         self._waiting: deque[Held] = deque()
         self._held: dict[uuid.UUID, Held] = {}  # by lease id
         self._runs: dict[uuid.UUID, list[Held]] = {}  # by job id: a claim finds earlier runs
@@ -64,8 +90,30 @@ class Holdings:
     @property
     def claimable(self) -> int:
         """Return how many jobs the claimer may claim now: free slots, plus the room
-        left for jobs claimed ahead."""
-        return self.slots + self.ahead - self._running - len(self._waiting)
+        left for jobs claimed ahead (none while the slots do not turn over)."""
+        return self.slots + self.ahead_now - self._running - len(self._waiting)
+
+    @property
+    def ahead_now(self) -> int:
+        """Return how many jobs may be claimed ahead now: ``ahead`` while runs are short
+        and slots free, else 0 (a job claimed ahead would wait for a slot that lasts)."""
+        if not self.ahead:
+            return 0
+        half = self.ahead_max_wait_s / 2
+        if self._mean_run_s is not None and self._mean_run_s > half:
+            return 0
+        if self.free <= 0 and self.clock.monotonic() - self._last_freed > half:
+            return 0
+        return self.ahead
+
+    def stale_in(self) -> float | None:
+        """Return the seconds until the jobs claimed ahead are stale (0: they are): no
+        slot freed for ``ahead_max_wait_s``, and the oldest waited that long; None when
+        none waits."""
+        if not self._waiting:
+            return None
+        since = max(self._last_freed, self._waiting[0].started_monotonic)
+        return max(since + self.ahead_max_wait_s - self.clock.monotonic(), 0.0)
 
     @property
     def waiting(self) -> int:
@@ -101,6 +149,9 @@ class Holdings:
         held = self.add(job, ctx)
         self._running -= 1
         self._waiting.append(held)
+        if self._on_waiting is not None:
+            self._on_waiting.set()
+            self._on_waiting = None
         return held
 
     def next_waiting(self) -> Held | None:
@@ -146,6 +197,10 @@ class Holdings:
         if not held.finished:
             held.finished = True
             self._running -= 1
+            now = self._last_freed = self.clock.monotonic()
+            run_s = now - held.started_monotonic
+            mean = self._mean_run_s
+            self._mean_run_s = run_s if mean is None else mean + _RUN_S_WEIGHT * (run_s - mean)
             self._signal()
 
     def forget(self, held: Held) -> None:
@@ -176,8 +231,16 @@ class Holdings:
     async def wait_claimable(self) -> None:
         """Wait until the claimer may claim: a free slot, or room among those claimed
         ahead for at least half a batch (so rounds stay batches)."""
-        while self.claimable <= 0 or (self.free <= 0 and self.claimable < max(1, self.ahead // 2)):
+        while self.claimable <= 0 or (
+            self.free <= 0 and self.claimable < max(1, self.ahead_now // 2)
+        ):
             await self._wait_change()
+
+    async def wait_waiting(self) -> None:
+        """Wait until a job claimed ahead waits for a slot."""
+        while not self._waiting:
+            self._on_waiting = event = anyio.Event()
+            await event.wait()
 
     async def wait_idle(self) -> None:
         """Wait until no handler runs."""

@@ -47,6 +47,8 @@ class DaemonStats:
     """outcomes written, by (type, status)"""
     discarded: int = 0
     """outcomes not written because the lease was lost"""
+    given_back: int = 0
+    """jobs claimed ahead given back unstarted: every slot stayed held by a run that lasted"""
     wakeups: Counter[str] = field(default_factory=Counter)
     """claimer wake-ups, by cause: notify, poll, reconnect, more, due"""
     reconnects: int = 0

@@ -88,7 +88,12 @@ class Daemon:
         self.clock = clock
         self.stats = DaemonStats(known=self.registry.get)
         self.waker = Waker()
-        self.holdings = Holdings(settings.slots, clock, ahead=settings.effective_claim_ahead)
+        self.holdings = Holdings(
+            settings.slots,
+            clock,
+            ahead=settings.effective_claim_ahead,
+            ahead_max_wait_s=settings.claim_ahead_max_wait,
+        )
         self.pool: AsyncPool = make_async_pool(
             url,
             name="daemon",

@@ -220,25 +220,43 @@ async def test_jobsd_durable_claims_reaches_the_claimer_and_jobs_run_either_way(
     await assert_history_complete_async(db)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/decisions.md, 'Claiming ahead'): a job claimed ahead waits "
-    "for its own daemon's slot, even behind a run that never ends, while another daemon idles",
-)
 async def test_a_job_claimed_ahead_behind_a_blocked_slot_runs_elsewhere(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
     release = _blocking_and_once(registry)
     blocker = await client.enqueue("t", {"block": True}, org_id="o")
     behind = await client.enqueue("t", {}, org_id="o")
+    settings_a = make_settings(db_url, worker_id="a", slots=1, claim_ahead_max_wait=0.3)
     try:
-        async with running_daemon(make_settings(db_url, worker_id="a", slots=1), registry):
+        async with running_daemon(settings_a, registry) as a:
             # a's first round: the blocker in its slot, the other claimed ahead of it
             row = await wait_status(db, behind.id, "running")
             assert row["worker_id"] == "a"
             assert (await fetch_job(db, blocker.id))["status"] == "running"
-            settings_b = make_settings(db_url, worker_id="b", slots=1)
-            async with running_daemon(settings_b, registry):
-                row = await wait_status(db, behind.id, "succeeded", timeout_s=5)
+            # no slot of a frees: the job goes back for another daemon, unstarted
+            row = await wait_status(db, behind.id, "queued", timeout_s=5)
+            assert row["reason"] == "not started" and a.stats.given_back == 1
+            # and a claims nothing more ahead while its slot stays held: a job enqueued
+            # now is b's (below: a never claims it)
+            assert a.holdings.ahead_now == 0 and a.holdings.claimable == 0
+            later = await client.enqueue("t", {}, org_id="o")
+            async with running_daemon(make_settings(db_url, worker_id="b", slots=1), registry):
+                for job in (behind, later):
+                    row = await wait_status(db, job.id, "succeeded", timeout_s=5)
+                    assert row["worker_id"] == "b"
+            assert await events_of(db, behind.id) == [
+                (None, "queued", 0, None),
+                ("queued", "running", 1, None),
+                ("running", "queued", 1, "not started"),
+                ("queued", "running", 2, None),
+                ("running", "succeeded", 2, None),
+            ]
+            assert [e[1] for e in await events_of(db, later.id)] == [
+                "queued",
+                "running",
+                "succeeded",
+            ]
+            assert a.stats.given_back == 1
     finally:
         release.set()
+    await assert_history_complete_async(db)

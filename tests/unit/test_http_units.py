@@ -123,6 +123,7 @@ class FakeStats:
         default_factory=lambda: Counter({("t", "succeeded"): 3, ("t", "failed"): 1})
     )
     discarded: int = 0
+    given_back: int = 2
     wakeups: Counter[str] = field(default_factory=lambda: Counter({"notify": 2, "poll": 5}))
     reconnects: int = 1
     swept: Counter[str] = field(default_factory=Counter)
@@ -151,6 +152,7 @@ def test_collector_exports_daemon_counters_and_the_run_time_histogram() -> None:
     assert values[("jobsd_jobs_claimed_total", (("type", "t"),))] == 4
     assert values[("jobsd_jobs_finished_total", (("status", "failed"), ("type", "t")))] == 1
     assert values[("jobsd_wakeups_total", (("cause", "poll"),))] == 5
+    assert values[("jobsd_claimed_ahead_given_back_total", ())] == 2
     assert values[("jobsd_slots_busy", ())] == 3
     assert values[("jobsd_database_up", ())] == 0  # not started: no depth query ran
     assert math.isnan(values[("jobsd_seconds_since_last_notify", ())])

@@ -1,0 +1,120 @@
+"""Holdings: when claiming ahead goes on, and when jobs claimed ahead are stale (their
+daemon's slots stay held by runs that last, so another daemon should have them)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from jobsd.models import Job, JobStatus
+from jobsd.worker.clock import ManualClock
+from jobsd.worker.executor import make_context
+from jobsd.worker.holdings import Held, Holdings
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 1.0
+
+
+def _job() -> Job:
+    now = datetime.now(UTC)
+    return Job(
+        id=uuid.uuid4(),
+        org_id="o",
+        type="t",
+        queue="default",
+        status=JobStatus.RUNNING,
+        attempts=1,
+        dedup_key=None,
+        payload={},
+        progress=None,
+        report=None,
+        error=None,
+        reason=None,
+        run_after=now,
+        lease_id=uuid.uuid4(),
+        worker_id="w",
+        created_at=now,
+        started_at=now,
+        finished_at=None,
+    )
+
+
+def _holdings(slots: int = 2, ahead: int = 2) -> tuple[Holdings, ManualClock]:
+    clock = ManualClock()
+    return Holdings(slots, clock, ahead=ahead, ahead_max_wait_s=WAIT_S), clock
+
+
+def _run(holdings: Holdings) -> Held:
+    job = _job()
+    return holdings.add(job, make_context(job))
+
+
+def _wait(holdings: Holdings) -> Held:
+    job = _job()
+    return holdings.add_waiting(job, make_context(job))
+
+
+async def test_claiming_ahead_goes_on_while_slots_turn_over() -> None:
+    holdings, clock = _holdings()
+    assert holdings.claimable == 4  # two free slots and two ahead
+    runs = [_run(holdings), _run(holdings)]
+    assert holdings.claimable == 2
+    clock.advance(0.01)
+    holdings.release_slot(runs[0])  # a short run
+    _run(holdings)
+    clock.advance(WAIT_S / 2 - 0.01)  # the last slot freed half a wait ago, no later
+    assert holdings.ahead_now == 2 and holdings.claimable == 2
+
+
+async def test_claiming_ahead_stops_while_every_slot_is_held_past_half_the_wait() -> None:
+    holdings, clock = _holdings()
+    _run(holdings), _run(holdings)
+    clock.advance(WAIT_S / 2 + 0.01)
+    assert holdings.ahead_now == 0 and holdings.claimable == 0
+    holdings.release_slot(next(iter(holdings)))  # a slot frees: that is turnover again
+    assert holdings.free == 1
+    assert holdings.claimable == 1  # the free slot; runs now average more than half a wait
+
+
+async def test_claiming_ahead_stops_while_runs_average_more_than_half_the_wait() -> None:
+    holdings, clock = _holdings(slots=4)
+    for _ in range(3):
+        run = _run(holdings)
+        clock.advance(0.8)  # runs of 0.8 s: a job claimed ahead would wait about that
+        holdings.release_slot(run)
+    assert holdings.free == 4
+    assert holdings.ahead_now == 0 and holdings.claimable == 4
+    for _ in range(20):  # short runs bring the mean down again
+        run = _run(holdings)
+        clock.advance(0.001)
+        holdings.release_slot(run)
+    assert holdings.ahead_now == 2
+
+
+async def test_jobs_claimed_ahead_are_stale_once_no_slot_freed_for_the_whole_wait() -> None:
+    holdings, clock = _holdings(slots=1, ahead=1)
+    assert holdings.stale_in() is None  # nothing waits
+    _run(holdings)
+    clock.advance(0.3)
+    _wait(holdings)
+    # the wait counts from the later of the last freed slot and the claim
+    assert holdings.stale_in() == pytest.approx(WAIT_S)
+    clock.advance(WAIT_S - 0.1)
+    assert holdings.stale_in() == pytest.approx(0.1)
+    clock.advance(0.1)
+    assert holdings.stale_in() == 0.0
+    taken = holdings.take_waiting()
+    assert len(taken) == 1 and holdings.stale_in() is None and holdings.waiting == 0
+
+
+async def test_a_freed_slot_starts_the_waiting_job_instead_of_making_it_stale() -> None:
+    holdings, clock = _holdings(slots=1, ahead=1)
+    run = _run(holdings)
+    _wait(holdings)
+    clock.advance(WAIT_S - 0.1)
+    holdings.release_slot(run)
+    started = holdings.next_waiting()
+    assert started is not None and holdings.stale_in() is None
