@@ -374,10 +374,16 @@ async def test_a_drop_after_an_uncommitted_enqueue_waits_for_it_then_refuses(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("capacity", [None, 5])
 async def test_an_enqueue_after_an_uncommitted_drop_fails_with_unknown_queue(
-    db_url: str, aconn: psycopg.AsyncConnection[Any], conn: psycopg.Connection[Any]
+    db_url: str,
+    aconn: psycopg.AsyncConnection[Any],
+    conn: psycopg.Connection[Any],
+    capacity: int | None,
 ) -> None:
-    await create_queue(aconn, "mail", capacity=5)
+    # with a capacity the admission takes the queue row too; without one the foreign
+    # key's check is what waits
+    await create_queue(aconn, "mail", capacity=capacity)
     make_job(conn, queue="mail", status="succeeded")
     client = Client(db_url)
     outcome: dict[str, Any] = {}
@@ -435,3 +441,91 @@ async def test_the_client_methods_delegate(db_url: str, conn: psycopg.Connection
         assert await client.drop_queue("mail") == 1
         with pytest.raises(UnknownQueue):
             await client.pause_queue("mail")
+
+
+@pytest.mark.anyio
+async def test_a_raw_delete_after_an_uncommitted_enqueue_waits_for_it_then_fails(
+    db_url: str, aconn: psycopg.AsyncConnection[Any], conn: psycopg.Connection[Any]
+) -> None:
+    """A DELETE of the queue row by hand (not queue_drop) waits for an enqueue in flight
+    and is refused by the foreign key jobs_queue_fkey."""
+    await create_queue(aconn, "mail")
+    client = Client(db_url)
+    outcome: dict[str, Any] = {}
+    async with (
+        await psycopg.AsyncConnection.connect(db_url) as enqueuer,
+        await psycopg.AsyncConnection.connect(db_url, autocommit=True) as deleter,
+    ):
+        job = await client.enqueue("t", {}, org_id="acme", queue="mail", conn=enqueuer)
+
+        async def delete() -> None:
+            try:
+                await deleter.execute("DELETE FROM jobsd.queues WHERE name = 'mail'")
+                outcome["deleted"] = True
+            except psycopg.errors.ForeignKeyViolation as exc:
+                outcome["refused"] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(delete)
+            await wait_until(
+                lambda: _blocked_by(aconn, deleter.info.backend_pid, enqueuer.info.backend_pid),
+                what="the delete to wait for the enqueue's lock",
+            )
+            assert outcome == {}
+            await enqueuer.commit()
+    assert "deleted" not in outcome
+    assert outcome["refused"].diag.constraint_name == "jobs_queue_fkey"
+    assert queue_row(conn, "mail") is not None
+    assert count_jobs(conn, "id = %s", job.id) == 1
+
+
+@pytest.mark.anyio
+async def test_a_repeatable_read_enqueue_into_a_queue_dropped_since_its_snapshot_fails(
+    db_url: str, aconn: psycopg.AsyncConnection[Any], conn: psycopg.Connection[Any]
+) -> None:
+    await create_queue(aconn, "mail")
+    client = Client(db_url)
+    async with await psycopg.AsyncConnection.connect(db_url) as enqueuer:
+        await enqueuer.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await enqueuer.execute("SELECT 1")  # the snapshot: the queue exists in it
+        assert await drop_queue(aconn, "mail") == 0
+        await aconn.commit()
+        with pytest.raises((UnknownQueue, JobsdError)) as caught:
+            await client.enqueue("t", {}, org_id="acme", queue="mail", conn=enqueuer)
+        await enqueuer.rollback()
+    cause = caught.value.__cause__
+    assert isinstance(
+        cause, psycopg.errors.SerializationFailure | psycopg.errors.ForeignKeyViolation
+    )
+    assert count_jobs(conn, "queue = 'mail'") == 0
+
+
+def test_raw_sql_cannot_leave_a_job_in_a_queue_that_does_not_exist(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("INSERT INTO jobsd.queues (name) VALUES ('mail'), ('sms')")
+    job_id = make_job(conn, queue="mail", status="queued")
+    refusals = [
+        "INSERT INTO jobsd.jobs (org_id, type, queue) VALUES ('acme', 't', 'nope')",
+        "INSERT INTO jobsd.jobs (org_id, type, queue)"
+        " VALUES ('acme', 't', 'mail'), ('acme', 't', 'nope')",
+        "UPDATE jobsd.jobs SET queue = 'nope' WHERE queue = 'mail'",
+        "DELETE FROM jobsd.queues WHERE name = 'mail'",
+        "UPDATE jobsd.queues SET name = 'post' WHERE name = 'mail'",
+    ]
+    details = []
+    for statement in refusals:
+        with pytest.raises(psycopg.errors.ForeignKeyViolation) as caught, conn.transaction():
+            conn.execute(statement)
+        assert caught.value.diag.constraint_name == "jobs_queue_fkey", statement
+        details.append(caught.value.diag.message_detail)
+    # the foreign key's own wording, which UnknownQueue reads the queue's name from
+    assert details[:3] == ['Key (queue)=(nope) is not present in table "queues".'] * 3
+    assert details[3:] == ['Key (name)=(mail) is still referenced from table "jobs".'] * 2
+    assert count_jobs(conn, "queue = 'nope'") == 0
+    assert queue_row(conn, "mail") is not None
+    # what the foreign key allowed stays allowed
+    conn.execute("UPDATE jobsd.jobs SET queue = 'sms' WHERE id = %s", (job_id,))
+    conn.execute("UPDATE jobsd.queues SET name = name, capacity = 3 WHERE name = 'mail'")
+    conn.execute("DELETE FROM jobsd.queues WHERE name = 'mail'")  # no job names it now
+    assert queue_row(conn, "mail") is None
