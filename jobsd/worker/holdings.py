@@ -35,6 +35,8 @@ class Held:
     lost: bool = False
     cancel_requested: bool = False
     """a cancel request reached this run: its handler is cancelled, the job written cancelled"""
+    interrupted: bool = False
+    """the daemon's stop cancelled this run past its grace time: it is written back"""
     superseded: bool = False
     """this daemon claimed the job again under a new lease: this run can no longer report"""
     started_monotonic: float = 0.0
