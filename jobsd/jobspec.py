@@ -85,8 +85,29 @@ class JobSpec:
         # the database's CHECKs (migration 0011), refused here before any SQL
         if not type or len(type) > 200:
             raise ValueError("job type must be a non-empty string of at most 200 characters")
-        if not org_id or len(org_id.encode("utf-8", "surrogatepass")) > 255:
+        # 63 characters are at most 252 bytes: only a longer org_id needs encoding
+        if not org_id or (len(org_id) > 63 and len(org_id.encode("utf-8", "surrogatepass")) > 255):
             raise ValueError("org_id must be a non-empty string of at most 255 bytes")
+        if not options:
+            # every option at its default, which passes every check below (a bulk
+            # enqueue builds a thousand of these): positional, in field order
+            text = encode_object(
+                {} if payload is None else payload, what="payload", max_bytes=max_payload_bytes
+            )
+            return cls(
+                uuid7(),
+                type,
+                org_id,
+                "default",  # queue
+                text,
+                None,  # dedup_key
+                None,  # run_after
+                False,  # id_may_exist
+                0,  # priority
+                None,  # concurrency_key
+                (),  # depends_on
+                current_trace_context(),
+            )
         dedup_key = options.get("dedup_key")
         if dedup_key is not None and len(dedup_key) > 512:
             raise ValueError("dedup_key must be at most 512 characters")

@@ -4,10 +4,13 @@ The database's ids, and both kinds together, are tested in tests/db/test_db_ids.
 
 from __future__ import annotations
 
+import os
+import pickle
 import threading
 import time
 import uuid
 
+import pytest
 from support.ids import assert_v7, unix_ms
 
 from jobsd.ids import uuid7
@@ -41,3 +44,42 @@ def test_python_ids_stay_increasing_across_threads() -> None:
     assert len(set(everything)) == len(everything)
     for out in per_thread:
         assert out == sorted(out)
+
+
+def test_python_ids_are_ordinary_uuids() -> None:
+    # built without UUID.__init__: the same value, hash, text, pickle as one made by it
+    made = uuid7()
+    plain = uuid.UUID(int=made.int)
+
+    assert made == plain and hash(made) == hash(plain) and str(made) == str(plain)
+    assert made.is_safe is uuid.SafeUUID.unknown
+    assert pickle.loads(pickle.dumps(made)) == made
+    assert uuid.UUID(str(made)) == made
+
+
+def test_python_ids_random_parts_differ_across_refills() -> None:
+    # random bits are drawn ahead in batches: ids spanning several refills all differ
+    # in their random 62 bits, not only in their (advanced) timestamps
+    ids = [uuid7() for _ in range(5 * 512 + 3)]
+
+    randoms = [u.int & ((1 << 62) - 1) for u in ids]
+    assert len(set(randoms)) == len(randoms)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_reuse_the_parents_random_bits() -> None:
+    uuid7()  # values are now drawn ahead in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        os.write(write, uuid7().bytes)
+        os._exit(0)
+    os.close(write)
+    child = uuid.UUID(bytes=os.read(read, 16))
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = uuid7()
+
+    assert_v7([child, parent])
+    assert child.int & ((1 << 62) - 1) != parent.int & ((1 << 62) - 1)

@@ -5,8 +5,11 @@ tests/db/test_db_jsonsafe.py."""
 
 from __future__ import annotations
 
+import enum
+
 import pytest
 
+from jobsd import jsonsafe
 from jobsd.errors import InvalidPayload
 from jobsd.jsonsafe import MAX_JSON_DEPTH, encode_object
 
@@ -40,3 +43,60 @@ def test_nesting_past_the_recursion_limit_is_refused_not_crashed_on() -> None:
     loop["self"] = loop
     with pytest.raises(InvalidPayload, match="nested more than"):
         encode_object(loop, what="payload", max_bytes=None)
+
+
+class _Level(enum.IntEnum):
+    HIGH = 2
+
+
+class _Text(str):
+    pass
+
+
+def _cases() -> list[object]:
+    shared = {"x": 1}
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    deep_loop: dict[str, object] = {"a": [{"b": []}]}
+    deep_loop["a"][0]["b"].append(deep_loop)  # type: ignore[index]
+    return [
+        {},
+        {"i": 1, "f": 1.5, "b": True, "n": None, "s": 'é\u2028"\\', "l": [1, (2, 3)]},
+        {1: "int key", 2.5: "float key", False: "bool key", None: "none key"},
+        {"big": 10**30, "neg": -0.0, "e": 1e300, "enum": _Level.HIGH, "sub": _Text("t")},
+        {"twice": [shared, shared]},
+        {"nan": float("nan")},
+        {"inf": [float("-inf")]},
+        {"set": {1}},
+        {"bytes": b"x"},
+        {("tuple", "key"): 1},
+        {"nul": "a\x00b"},
+        {"surrogate": "\ud800"},
+        loop,
+        deep_loop,
+        _nested(MAX_JSON_DEPTH),
+        _nested(MAX_JSON_DEPTH + 1),
+        _nested(5_000),
+        [1],
+    ]
+
+
+def _outcome(value: object) -> tuple[str, str]:
+    try:
+        return ("ok", encode_object(value, what="payload", max_bytes=None))
+    except Exception as exc:  # the outcome compared is any exception
+        return (type(exc).__name__, str(exc))
+
+
+def test_the_shared_encoder_gives_what_json_encoder_encode_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the one C encoder (made once, without the check for cycles) against a
+    # JSONEncoder.encode per call: the same text, or the same refusal, for each value
+    cases = _cases()
+    fast = [_outcome(value) for value in cases]
+    monkeypatch.setattr(jsonsafe, "_encode", jsonsafe._ENCODER.encode)
+    reference = [_outcome(value) for value in cases]
+
+    assert fast == reference
+    assert {kind for kind, _ in fast} == {"ok", "InvalidPayload"}
