@@ -106,6 +106,19 @@ VARIANTS: dict[str, str] = {
     "no jobs_org_type_created_idx": "DROP INDEX jobsd.jobs_org_type_created_idx;",
     "dedup unique index partial": DEDUP_PARTIAL,
     "bare table (pkey only, no triggers)": BARE,
+    # today's schema (0020), one piece less each
+    "no jobs_created_idx": "DROP INDEX jobsd.jobs_created_idx;",
+    "no jobs_org_created_idx": "DROP INDEX jobsd.jobs_org_created_idx;",
+    "no jobs_open_by_queue_org_idx": "DROP INDEX jobsd.jobs_open_by_queue_org_idx;",
+    "no after-insert trigger (history, checks)": "DROP TRIGGER jobs_after_insert ON jobsd.jobs;",
+    "no queue foreign key": "ALTER TABLE jobsd.jobs DROP CONSTRAINT jobs_queue_fkey;",
+    "after-insert trigger without SET search_path": (
+        "ALTER FUNCTION jobsd.after_insert_jobs() RESET search_path;"
+    ),
+    "after-insert trigger SECURITY INVOKER": (
+        "ALTER FUNCTION jobsd.after_insert_jobs() SECURITY INVOKER;"
+    ),
+    "no notify trigger (today's)": "DROP TRIGGER jobs_notify_insert ON jobsd.jobs;",
     "proposal: one statement trigger, no FK, 2 indexes fewer, dedup partial": (
         MERGED
         + "ALTER TABLE jobsd.job_events DROP CONSTRAINT job_events_job_id_fkey;"
