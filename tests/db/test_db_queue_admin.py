@@ -4,7 +4,7 @@ resume, drop; the wake-up of a resume; a drop racing an enqueue."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -340,34 +340,56 @@ async def _blocked_by(admin: psycopg.AsyncConnection[Any], waiter: int, holder: 
     return bool(row and row[0])
 
 
+async def _run_behind(
+    admin: psycopg.AsyncConnection[Any],
+    holder: psycopg.AsyncConnection[Any],
+    waiter: psycopg.AsyncConnection[Any],
+    act: Callable[[], Awaitable[Any]],
+    refusal: type[BaseException],
+    what: str,
+) -> dict[str, Any]:
+    """Run ``act`` on ``waiter`` while ``holder``'s transaction is open: check that it
+    waits for ``holder``'s lock, commit ``holder``, and return ``{"done": its value}``
+    or ``{"refused": the error}`` (of type ``refusal``)."""
+    outcome: dict[str, Any] = {}
+
+    async def run() -> None:
+        try:
+            outcome["done"] = await act()
+        except refusal as exc:
+            outcome["refused"] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await wait_until(
+            lambda: _blocked_by(admin, waiter.info.backend_pid, holder.info.backend_pid),
+            what=what,
+        )
+        assert outcome == {}
+        await holder.commit()
+    return outcome
+
+
 @pytest.mark.anyio
 async def test_a_drop_after_an_uncommitted_enqueue_waits_for_it_then_refuses(
     db_url: str, aconn: psycopg.AsyncConnection[Any], conn: psycopg.Connection[Any]
 ) -> None:
     await create_queue(aconn, "mail")
     client = Client(db_url)
-    outcome: dict[str, Any] = {}
     async with (
         await psycopg.AsyncConnection.connect(db_url) as enqueuer,
         await psycopg.AsyncConnection.connect(db_url, autocommit=True) as dropper,
     ):
         job = await client.enqueue("t", {}, org_id="acme", queue="mail", conn=enqueuer)
-
-        async def drop() -> None:
-            try:
-                outcome["deleted"] = await drop_queue(dropper, "mail")
-            except QueueNotEmpty as exc:
-                outcome["refused"] = exc
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drop)
-            await wait_until(
-                lambda: _blocked_by(aconn, dropper.info.backend_pid, enqueuer.info.backend_pid),
-                what="the drop to wait for the enqueue's lock",
-            )
-            assert outcome == {}
-            await enqueuer.commit()
-    assert "deleted" not in outcome
+        outcome = await _run_behind(
+            aconn,
+            enqueuer,
+            dropper,
+            lambda: drop_queue(dropper, "mail"),
+            QueueNotEmpty,
+            "the drop to wait for the enqueue's lock",
+        )
+    assert "done" not in outcome
     assert outcome["refused"].open_jobs == 1
     assert queue_row(conn, "mail") is not None
     assert count_jobs(conn, "id = %s", job.id) == 1
@@ -386,31 +408,21 @@ async def test_an_enqueue_after_an_uncommitted_drop_fails_with_unknown_queue(
     await create_queue(aconn, "mail", capacity=capacity)
     make_job(conn, queue="mail", status="succeeded")
     client = Client(db_url)
-    outcome: dict[str, Any] = {}
     async with (
         await psycopg.AsyncConnection.connect(db_url) as dropper,
         await psycopg.AsyncConnection.connect(db_url, autocommit=True) as enqueuer,
     ):
         assert await drop_queue(dropper, "mail") == 1  # not committed yet: the row is locked
-
-        async def enqueue() -> None:
-            try:
-                outcome["job"] = await client.enqueue(
-                    "t", {}, org_id="acme", queue="mail", conn=enqueuer
-                )
-            except UnknownQueue as exc:
-                outcome["unknown"] = exc
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(enqueue)
-            await wait_until(
-                lambda: _blocked_by(aconn, enqueuer.info.backend_pid, dropper.info.backend_pid),
-                what="the enqueue to wait for the drop's lock",
-            )
-            assert outcome == {}
-            await dropper.commit()
-    assert "job" not in outcome
-    assert outcome["unknown"].queue == "mail"
+        outcome = await _run_behind(
+            aconn,
+            dropper,
+            enqueuer,
+            lambda: client.enqueue("t", {}, org_id="acme", queue="mail", conn=enqueuer),
+            UnknownQueue,
+            "the enqueue to wait for the drop's lock",
+        )
+    assert "done" not in outcome
+    assert outcome["refused"].queue == "mail"
     assert queue_row(conn, "mail") is None
     assert count_jobs(conn, "queue = 'mail'") == 0
 
@@ -451,29 +463,20 @@ async def test_a_raw_delete_after_an_uncommitted_enqueue_waits_for_it_then_fails
     and is refused by the foreign key jobs_queue_fkey."""
     await create_queue(aconn, "mail")
     client = Client(db_url)
-    outcome: dict[str, Any] = {}
     async with (
         await psycopg.AsyncConnection.connect(db_url) as enqueuer,
         await psycopg.AsyncConnection.connect(db_url, autocommit=True) as deleter,
     ):
         job = await client.enqueue("t", {}, org_id="acme", queue="mail", conn=enqueuer)
-
-        async def delete() -> None:
-            try:
-                await deleter.execute("DELETE FROM jobsd.queues WHERE name = 'mail'")
-                outcome["deleted"] = True
-            except psycopg.errors.ForeignKeyViolation as exc:
-                outcome["refused"] = exc
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(delete)
-            await wait_until(
-                lambda: _blocked_by(aconn, deleter.info.backend_pid, enqueuer.info.backend_pid),
-                what="the delete to wait for the enqueue's lock",
-            )
-            assert outcome == {}
-            await enqueuer.commit()
-    assert "deleted" not in outcome
+        outcome = await _run_behind(
+            aconn,
+            enqueuer,
+            deleter,
+            lambda: deleter.execute("DELETE FROM jobsd.queues WHERE name = 'mail'"),
+            psycopg.errors.ForeignKeyViolation,
+            "the delete to wait for the enqueue's lock",
+        )
+    assert "done" not in outcome
     assert outcome["refused"].diag.constraint_name == "jobs_queue_fkey"
     assert queue_row(conn, "mail") is not None
     assert count_jobs(conn, "id = %s", job.id) == 1
