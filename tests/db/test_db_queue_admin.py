@@ -371,9 +371,12 @@ async def _run_behind(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("by", ["queue_drop", "a raw DELETE"])
 async def test_a_drop_after_an_uncommitted_enqueue_waits_for_it_then_refuses(
-    db_url: str, aconn: psycopg.AsyncConnection[Any], conn: psycopg.Connection[Any]
+    db_url: str, aconn: psycopg.AsyncConnection[Any], conn: psycopg.Connection[Any], by: str
 ) -> None:
+    """Through jobsd's queue_drop, or a DELETE of the queue row by hand (refused by the
+    foreign key jobs_queue_fkey): either waits for the enqueue in flight, then refuses."""
     await create_queue(aconn, "mail")
     client = Client(db_url)
     async with (
@@ -381,16 +384,19 @@ async def test_a_drop_after_an_uncommitted_enqueue_waits_for_it_then_refuses(
         await psycopg.AsyncConnection.connect(db_url, autocommit=True) as dropper,
     ):
         job = await client.enqueue("t", {}, org_id="acme", queue="mail", conn=enqueuer)
+        if by == "queue_drop":
+            drop, refusal = lambda: drop_queue(dropper, "mail"), QueueNotEmpty
+        else:
+            drop = lambda: dropper.execute("DELETE FROM jobsd.queues WHERE name = 'mail'")  # noqa: E731
+            refusal = psycopg.errors.ForeignKeyViolation
         outcome = await _run_behind(
-            aconn,
-            enqueuer,
-            dropper,
-            lambda: drop_queue(dropper, "mail"),
-            QueueNotEmpty,
-            "the drop to wait for the enqueue's lock",
+            aconn, enqueuer, dropper, drop, refusal, "the drop to wait for the enqueue's lock"
         )
     assert "done" not in outcome
-    assert outcome["refused"].open_jobs == 1
+    if by == "queue_drop":
+        assert outcome["refused"].open_jobs == 1
+    else:
+        assert outcome["refused"].diag.constraint_name == "jobs_queue_fkey"
     assert queue_row(conn, "mail") is not None
     assert count_jobs(conn, "id = %s", job.id) == 1
 
@@ -453,33 +459,6 @@ async def test_the_client_methods_delegate(db_url: str, conn: psycopg.Connection
         assert await client.drop_queue("mail") == 1
         with pytest.raises(UnknownQueue):
             await client.pause_queue("mail")
-
-
-@pytest.mark.anyio
-async def test_a_raw_delete_after_an_uncommitted_enqueue_waits_for_it_then_fails(
-    db_url: str, aconn: psycopg.AsyncConnection[Any], conn: psycopg.Connection[Any]
-) -> None:
-    """A DELETE of the queue row by hand (not queue_drop) waits for an enqueue in flight
-    and is refused by the foreign key jobs_queue_fkey."""
-    await create_queue(aconn, "mail")
-    client = Client(db_url)
-    async with (
-        await psycopg.AsyncConnection.connect(db_url) as enqueuer,
-        await psycopg.AsyncConnection.connect(db_url, autocommit=True) as deleter,
-    ):
-        job = await client.enqueue("t", {}, org_id="acme", queue="mail", conn=enqueuer)
-        outcome = await _run_behind(
-            aconn,
-            enqueuer,
-            deleter,
-            lambda: deleter.execute("DELETE FROM jobsd.queues WHERE name = 'mail'"),
-            psycopg.errors.ForeignKeyViolation,
-            "the delete to wait for the enqueue's lock",
-        )
-    assert "done" not in outcome
-    assert outcome["refused"].diag.constraint_name == "jobs_queue_fkey"
-    assert queue_row(conn, "mail") is not None
-    assert count_jobs(conn, "id = %s", job.id) == 1
 
 
 @pytest.mark.anyio
