@@ -277,7 +277,22 @@ class Daemon:
         self._claim_scope.cancel()
 
     async def run(self, *, handle_signals: bool = True) -> None:
-        """Run until stopped; return once every outcome is written."""
+        """Run until stopped; return once every outcome is written.
+
+        With ``handle_signals``, SIGTERM and SIGINT stop it (a second one: without
+        waiting for running handlers) until it returns, the close of its connections
+        included: a second Ctrl-C that arrives late (``uv run`` forwards the terminal's
+        to its child, which got one already) must not end it in a KeyboardInterrupt.
+        """
+        if not handle_signals:
+            await self._run()
+            return
+        async with anyio.create_task_group() as signals:
+            signals.start_soon(self._watch_signals)
+            await self._run()
+            signals.cancel_scope.cancel()
+
+    async def _run(self) -> None:
         log.info(
             "daemon.starting",
             extra={
@@ -292,8 +307,6 @@ class Daemon:
         await self.pool.open(wait=False)
         try:
             async with anyio.create_task_group() as services:
-                if handle_signals:
-                    services.start_soon(self._watch_signals)
                 if self.http.http_addr:
                     # up before the database is: /readyz answers 503 meanwhile
                     await services.start(

@@ -84,3 +84,43 @@ async def test_jobs_still_running_after_the_drain_timeout_are_written_back(
     assert (await events_of(db, again.id))[-1] == ("running", "queued", 1, "shutdown")
     assert (await events_of(db, gone.id))[-1] == ("running", "failed", 1, "shutdown")
     await assert_history_complete_async(db)
+
+
+async def test_a_late_second_sigint_while_the_pool_closes_is_handled_not_raised(
+    db_url: str, registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``uv run`` forwards the terminal's Ctrl-C to its child, which got it already: the
+    second SIGINT may land after the stop has begun, while the last connections close.
+    The daemon's signal handling lasts until ``run`` returns (before, the default
+    handler raised KeyboardInterrupt there: `uv run jobsd dev`, Ctrl-C, a traceback)."""
+    import os
+    import signal
+
+    from support.waiting import wait_until
+
+    from jobsd.worker.supervisor import Daemon
+
+    def signals_logged() -> int:
+        return sum(r.getMessage() == "daemon.signal" for r in caplog.records)
+
+    caplog.set_level("INFO", logger="jobsd.worker.supervisor")
+    daemon = Daemon(make_settings(db_url), registry)
+    close = daemon.pool.close
+
+    async def close_after_a_late_sigint() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+        async def two() -> bool:
+            return signals_logged() >= 2
+
+        await wait_until(two, what="the late SIGINT to reach the daemon's handler")
+        await close()
+
+    daemon.pool.close = close_after_a_late_sigint  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(15):
+            await daemon.ready.wait()
+        os.kill(os.getpid(), signal.SIGINT)  # the first: a graceful stop
+    assert daemon.stopping and signals_logged() == 2
+    assert daemon.pool.closed
