@@ -279,25 +279,27 @@ class JobRunner:
         except anyio.get_cancelled_exc_class():
             # cancelled from outside the run (``run_once``'s caller): write the job back,
             # then let go
-            self.holdings.release_slot(held)
-            self.submit(held, self._interrupted(job))
+            self._write_back(held)
             raise
         if outcome is None and held.interrupted and not held.lost:
             # the stop, past the grace time, cancelled the handler (``cancel``)
-            self.holdings.release_slot(held)
-            outcome = self._interrupted(job)
-            self.submit(held, outcome)
-            return outcome
+            return self._write_back(held)
         if self.cfg.fault == "after_publish":
             crash_at("after_publish", [str(job.id)])
-        self.holdings.release_slot(held)
+        took_s = self.holdings.release_slot(held)
         self._start_waiting()
-        took_s = self.clock.monotonic() - held.started_monotonic
         self.stats.run_s.observe(self.stats.label(job.type), took_s)
         if outcome is None and held.cancel_requested and not held.lost:
             outcome = self._cancelled(job)
         if outcome is None:  # our scope was cancelled: the lease is gone
             outcome = failure("lease lost", reason="lease lost")
+        self.submit(held, outcome)
+        return outcome
+
+    def _write_back(self, held: Held) -> Outcome:
+        """Free the slot of a run the stop interrupted and submit what it becomes."""
+        self.holdings.release_slot(held)
+        outcome = self._interrupted(held.job)
         self.submit(held, outcome)
         return outcome
 

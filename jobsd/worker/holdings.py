@@ -16,8 +16,9 @@ from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 __all__ = ["AHEAD_MAX_WAIT_S", "Held", "Holdings"]
 
 AHEAD_MAX_WAIT_S = 1.0
-"""``JOBSD_CLAIM_AHEAD_MAX_WAIT_S``: how long a job claimed ahead may wait while no slot
-frees before it is given back (and how short runs must be for claiming ahead to go on)"""
+"""the default of ``JOBSD_CLAIM_AHEAD_MAX_WAIT`` (Settings.claim_ahead_max_wait): how
+long a job claimed ahead may wait while no slot frees before it is given back (and how
+short runs must be for claiming ahead to go on)"""
 
 # weight of the newest run in the running mean of run times
 _RUN_S_WEIGHT = 0.2
@@ -55,7 +56,7 @@ class Holdings:
     Claiming ahead pays while the slots turn over: it stops while runs take more than
     half of ``ahead_max_wait_s`` on average, or while no slot has freed for that half
     (every slot is held by a run that lasts); and jobs claimed ahead that waited
-    ``ahead_max_wait_s`` with no slot freeing meanwhile are ``stale_waiting``: the
+    ``ahead_max_wait_s`` with no slot freeing meanwhile are stale (``stale_in``): the
     runner gives them back for another daemon (docs/decisions.md, "Claiming ahead").
     """
 
@@ -194,16 +195,18 @@ class Holdings:
         held.scope.cancel()
         return True
 
-    def release_slot(self, held: Held) -> None:
-        """Free the slot of a job whose handler has returned."""
+    def release_slot(self, held: Held) -> float:
+        """Free the slot of a job whose handler has returned; return how long it ran."""
+        now = self.clock.monotonic()
+        run_s = now - held.started_monotonic
         if not held.finished:
             held.finished = True
             self._running -= 1
-            now = self._last_freed = self.clock.monotonic()
-            run_s = now - held.started_monotonic
+            self._last_freed = now
             mean = self._mean_run_s
             self._mean_run_s = run_s if mean is None else mean + _RUN_S_WEIGHT * (run_s - mean)
             self._signal()
+        return run_s
 
     def forget(self, held: Held) -> None:
         """Stop holding a run whose outcome is written or discarded."""
