@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from common import DEFAULT_URL, median, scratch
+from common import DEFAULT_URL, median, pids_cpu, scratch
 
 import jobsd
 from jobsd.jobspec import JobSpec
@@ -49,15 +49,6 @@ def _old_module(rev: str, path: str, name: str, **overrides: Any) -> types.Modul
     module.__dict__.update(overrides)
     exec(compile("__all__" + rest, path, "exec"), module.__dict__)
     return module
-
-
-def _sched(pids: tuple[int, ...]) -> float:
-    """CPU seconds of the pool's backends so far (either may serve a call)."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/schedstat") as fh:
-            total += int(fh.read().split()[0])
-    return total / 1e9
 
 
 async def main_async(url: str, calls: int, rev: str) -> None:
@@ -99,11 +90,11 @@ async def main_async(url: str, calls: int, rev: str) -> None:
                 lo += B
         for _ in range(calls):
             for name, fn in variants.items():
-                b0 = _sched(backends)
+                b0 = pids_cpu(*backends)
                 t = time.process_time()
                 await fn(lo)
                 cpu[name].append((time.process_time() - t) / B * 1e6)
-                pg[name].append((_sched(backends) - b0) / B * 1e6)
+                pg[name].append((pids_cpu(*backends) - b0) / B * 1e6)
                 lo += B
     print("| bulk enqueue, 1,000 per call | µs client CPU/job (median, min) | µs backend CPU/job |")
     print("|---|---|---|")

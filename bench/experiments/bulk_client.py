@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import psycopg
-from common import DEFAULT_URL, backend_cpu, median, scratch
+from common import DEFAULT_URL, median, pids_cpu, scratch
 from psycopg.rows import dict_row, tuple_row
 
 import jobsd
@@ -96,22 +96,16 @@ async def main_async(url: str, calls: int) -> None:
         for _ in range(calls):
             for name, fn in variants.items():
                 pid_conn = client_backend if fn is whole else conn.info.backend_pid
-                b0 = _sched(pid_conn)
+                b0 = pids_cpu(pid_conn)
                 t = time.process_time()
                 await fn(lo)
                 cpu[name].append((time.process_time() - t) / B * 1e6)
-                pg[name].append((_sched(pid_conn) - b0) / B * 1e6)
+                pg[name].append((pids_cpu(pid_conn) - b0) / B * 1e6)
                 lo += B
     print("| bulk enqueue, 1,000 per call | µs client CPU/job | µs backend CPU/job |")
     print("|---|---|---|")
     for name in variants:
         print(f"| {name} | {median(cpu[name]):.1f} | {median(pg[name]):.1f} |")
-    _ = backend_cpu
-
-
-def _sched(pid: int) -> float:
-    with open(f"/proc/{pid}/schedstat") as fh:
-        return int(fh.read().split()[0]) / 1e9
 
 
 def main() -> None:

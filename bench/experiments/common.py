@@ -97,13 +97,21 @@ def run_on_scratch(name: str, run: Callable[..., Awaitable[None]], **options: in
 
 
 def backend_cpu(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> float:
-    """CPU seconds of the connection's backend so far (it runs on this machine).
+    """CPU seconds of the connection's backend so far (it runs on this machine)."""
+    return pids_cpu(conn.info.backend_pid)
+
+
+def pids_cpu(*pids: int) -> float:
+    """CPU seconds of these processes so far (backends of this machine's server).
 
     From /proc/<pid>/schedstat (the scheduler's nanoseconds on CPU), not the tick-
     sampled utime/stime, which over a second of short round trips is off by 10 %.
     """
-    with open(f"/proc/{conn.info.backend_pid}/schedstat") as fh:
-        return int(fh.read().split()[0]) / 1e9
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/schedstat") as fh:
+            total += int(fh.read().split()[0])
+    return total / 1e9
 
 
 def lsn(conn: psycopg.Connection[Any]) -> int:
