@@ -15,10 +15,23 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["CREDENTIAL_DATABASE_URL", "Settings", "credential_database_url", "parse_duration"]
+__all__ = [
+    "CLAIM_AHEAD_DEFAULT_MAX",
+    "CLAIM_AHEAD_PER_SLOT",
+    "CREDENTIAL_DATABASE_URL",
+    "Settings",
+    "credential_database_url",
+    "parse_duration",
+]
 
 # the systemd credential (LoadCredential=database_url:...) that holds the database URL
 CREDENTIAL_DATABASE_URL = "database_url"
+
+CLAIM_AHEAD_PER_SLOT = 20
+CLAIM_AHEAD_DEFAULT_MAX = 500
+"""``JOBSD_CLAIM_AHEAD`` unset: at most ``CLAIM_AHEAD_PER_SLOT`` jobs claimed ahead per
+slot, and at most ``CLAIM_AHEAD_DEFAULT_MAX`` in all (a drain of short jobs claims in
+rounds of that many; rounds of 1,000 were slower: docs/decisions.md)"""
 
 
 def credential_database_url() -> str | None:
@@ -95,9 +108,12 @@ class Settings(BaseSettings):
     """How many jobs one daemon runs at once."""
 
     claim_ahead: int | None = Field(default=None, ge=0, le=10_000)
-    """Jobs claimed beyond the free slots, started as slots free (unset: as many as
-    ``slots``; 0: claim only for free slots). Never a job with a dedup or concurrency
-    key, nor of an at-most-once type. Given back, unstarted, on stop: docs/decisions.md."""
+    """At most this many jobs claimed beyond the free slots, started as slots free
+    (unset: twenty per slot, at most 500; 0: claim only for free slots). Fewer
+    while runs last: only as many as the slots start within a tenth of
+    ``claim_ahead_max_wait`` at the mean run time. Never a job with a dedup or
+    concurrency key, nor of an at-most-once type. Given back, unstarted, on stop:
+    docs/decisions.md."""
 
     claim_ahead_max_wait: Duration = 1.0
     """How long a job claimed ahead may wait while no slot of its daemon frees; then it
@@ -231,8 +247,10 @@ class Settings(BaseSettings):
 
     @property
     def effective_claim_ahead(self) -> int:
-        """Return how many jobs the daemon claims beyond its free slots."""
-        return self.slots if self.claim_ahead is None else self.claim_ahead
+        """Return how many jobs the daemon may claim beyond its free slots, at most."""
+        if self.claim_ahead is None:
+            return min(CLAIM_AHEAD_PER_SLOT * self.slots, CLAIM_AHEAD_DEFAULT_MAX)
+        return self.claim_ahead
 
     @property
     def effective_heartbeat_s(self) -> float:

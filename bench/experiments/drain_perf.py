@@ -20,7 +20,7 @@ from probe import Probe
 from jobsd.settings import Settings
 
 
-async def main_async(url: str, jobs: int, slots: int, ahead: int) -> None:
+async def main_async(url: str, jobs: int, slots: int, ahead: int | None) -> None:
     async with client_for(url) as client:
         await enqueue_bulk(client, jobs, 1000)
     wrote = anyio.Event()
@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--slots", type=int, default=10)
-    parser.add_argument("--claim-ahead", type=int, default=0)
+    parser.add_argument("--claim-ahead", type=int, default=None)
     args = parser.parse_args()
     anyio.run(main_async, args.url, args.jobs, args.slots, args.claim_ahead)
 

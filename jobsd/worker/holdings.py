@@ -13,12 +13,16 @@ from jobsd.context import JobContext
 from jobsd.models import Job
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["AHEAD_MAX_WAIT_S", "Held", "Holdings"]
+__all__ = ["AHEAD_EXPECTED_WAIT_SHARE", "AHEAD_MAX_WAIT_S", "Held", "Holdings"]
 
 AHEAD_MAX_WAIT_S = 1.0
 """the default of ``JOBSD_CLAIM_AHEAD_MAX_WAIT`` (Settings.claim_ahead_max_wait): how
 long a job claimed ahead may wait while no slot frees before it is given back (and how
 short runs must be for claiming ahead to go on)"""
+
+AHEAD_EXPECTED_WAIT_SHARE = 0.1
+"""the jobs claimed ahead are as many as the slots start, at the mean run time, within
+this share of ``ahead_max_wait_s`` (at most ``ahead``)"""
 
 # weight of the newest run in the running mean of run times
 _RUN_S_WEIGHT = 0.2
@@ -53,9 +57,12 @@ class Holdings:
     Holdings are keyed by lease, not by job: a job swept away from this daemon can be
     claimed again by it while the old run still ends, and the two must not be mixed up.
 
-    Claiming ahead pays while the slots turn over: it stops while runs take more than
-    half of ``ahead_max_wait_s`` on average, or while no slot has freed for that half
-    (every slot is held by a run that lasts); and jobs claimed ahead that waited
+    Claiming ahead pays while the slots turn over. Before any run has ended, at most a
+    round of the slots is claimed ahead; then as many as the slots start within a tenth
+    of ``ahead_max_wait_s`` at the mean run time (at most ``ahead``: no-op jobs claim
+    ``ahead``, runs of a tenth of the wait one per slot). It stops while runs take more
+    than half of ``ahead_max_wait_s`` on average, or while no slot has freed for that
+    half (every slot is held by a run that lasts); and jobs claimed ahead that waited
     ``ahead_max_wait_s`` with no slot freeing meanwhile are stale (``stale_in``): the
     runner gives them back for another daemon (docs/decisions.md, "Claiming ahead").
     """
@@ -98,16 +105,23 @@ class Holdings:
 
     @property
     def ahead_now(self) -> int:
-        """Return how many jobs may be claimed ahead now: ``ahead`` while runs are short
-        and slots free, else 0 (a job claimed ahead would wait for a slot that lasts)."""
+        """Return how many jobs may be claimed ahead now: as many as the slots start
+        within a tenth of the wait while slots free (at most ``ahead``), else 0 (a job
+        claimed ahead would wait for a slot that lasts)."""
         if not self.ahead:
             return 0
         half = self.ahead_max_wait_s / 2
-        if self._mean_run_s is not None and self._mean_run_s > half:
-            return 0
         if self.free <= 0 and self.clock.monotonic() - self._last_freed > half:
             return 0
-        return self.ahead
+        mean = self._mean_run_s
+        if mean is None:
+            return min(self.ahead, self.slots)  # no run has ended: one round's worth
+        if mean > half:
+            return 0
+        budget = self.slots * self.ahead_max_wait_s * AHEAD_EXPECTED_WAIT_SHARE
+        if mean * self.ahead <= budget:
+            return self.ahead
+        return int(budget / mean)
 
     def stale_in(self) -> float | None:
         """Return the seconds until the jobs claimed ahead are stale (0: they are): no

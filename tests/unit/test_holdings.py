@@ -94,6 +94,33 @@ async def test_claiming_ahead_stops_while_runs_average_more_than_half_the_wait()
     assert holdings.ahead_now == 2
 
 
+async def test_before_any_run_ends_at_most_one_round_of_the_slots_is_claimed_ahead() -> None:
+    holdings, _clock = _holdings(slots=3, ahead=60)
+    assert holdings.ahead_now == 3 and holdings.claimable == 6
+    few, _ = _holdings(slots=3, ahead=2)
+    assert few.ahead_now == 2
+
+
+async def test_jobs_claimed_ahead_are_as_many_as_the_slots_start_in_a_tenth_of_the_wait() -> None:
+    holdings, clock = _holdings(slots=4, ahead=100)
+    run = _run(holdings)
+    clock.advance(0.05)  # runs of 50 ms: 4 slots start 8 jobs in 100 ms
+    holdings.release_slot(run)
+    assert holdings.ahead_now == 8 and holdings.claimable == 12
+    run = _run(holdings)
+    clock.advance(0.0001)  # shorter runs: the cap, not the time, bounds it
+    for _ in range(40):
+        holdings.release_slot(run)
+        run = _run(holdings)
+        clock.advance(0.0001)
+    assert holdings.ahead_now == 100
+    slow, clock = _holdings(slots=1, ahead=100)
+    run = _run(slow)
+    clock.advance(0.2)  # one slot, runs of 200 ms: not even one job fits in 100 ms
+    slow.release_slot(run)
+    assert slow.ahead_now == 0 and slow.claimable == 1
+
+
 async def test_jobs_claimed_ahead_are_stale_once_no_slot_freed_for_the_whole_wait() -> None:
     holdings, clock = _holdings(slots=1, ahead=1)
     assert holdings.stale_in() is None  # nothing waits
