@@ -141,6 +141,9 @@ class Job:
     """jobs sharing a key run at most the key's limit at once (migration 0008)"""
     trace_context: dict[str, str] | None = None
     """the W3C trace context of the enqueue, with OpenTelemetry (migration 0014)"""
+    claimed_ahead: bool = False
+    """claimed ahead of its daemon's free slots, its start not recorded yet (migration
+    0021; the daemon's business, not in ``to_json``)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -152,6 +155,7 @@ class Job:
             priority=row.get("priority", 0),
             concurrency_key=row.get("concurrency_key"),
             trace_context=row.get("trace_context"),
+            claimed_ahead=bool(row.get("claimed_ahead")),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -107,6 +107,7 @@ def drain_script(n: int, batch: int, rounds: int) -> str:
         "limit_values": "'{}'",
         "types": "NULL",
         "free": "NULL",
+        "armed": "0",
     }.items():
         claim = claim.replace(f"%({name})s", value)
     finish = _strip(q["jobs_finish_batch"]).rstrip(";").replace("%(results)s", "$1")

@@ -38,6 +38,7 @@ CLAIM = {
     "types": [TYPE],
     "at_most_once_types": [],
     "relaxed_commit": True,
+    "armed": 0,
 }
 
 

@@ -127,6 +127,7 @@ def run(url: str, jobs: int, batch: int, finish_returning: str = "j.*") -> dict[
             "limit_values": [],
             "types": None,
             "free": None,
+            "armed": 0,
         }
         c0, w0 = backend_cpu(conn), lsn(conn)
         done = 0

@@ -33,6 +33,7 @@ __all__ = [
     "Finished",
     "HeartbeatRow",
     "PromoteResult",
+    "arm_claimed_ahead",
     "cancel_job",
     "claim_batch",
     "claim_job",
@@ -104,6 +105,7 @@ async def claim_batch(
     types: Sequence[str] | None = None,
     at_most_once_types: Sequence[str] = (),
     durable: bool = False,
+    armed: int = 0,
 ) -> ClaimRound:
     """Claim up to ``limit`` queued jobs in claim order, in one statement.
 
@@ -113,7 +115,9 @@ async def claim_batch(
     concurrency key, and not of ``at_most_once_types``. ``types``: claim only jobs of
     these types (the daemon's handlers); None claims every type. Unless ``durable``,
     or one of the jobs is of an at-most-once type or has a concurrency key, the claim
-    commits without waiting for the disk (docs/decisions.md).
+    commits without waiting for the disk (docs/decisions.md). Of the jobs claimed
+    ahead, the first ``armed`` may start as soon as a slot frees; the others are marked
+    ``claimed_ahead`` until armed (``arm_claimed_ahead``).
     """
     limits = dict(key_limits or {})
     params = {
@@ -127,6 +131,7 @@ async def claim_batch(
         "types": list(types) if types is not None else None,
         "at_most_once_types": list(at_most_once_types),
         "relaxed_commit": not durable,
+        "armed": armed,
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named(conn, "jobs_claim_batch", params)
@@ -160,6 +165,19 @@ async def heartbeat_v2(conn: AsyncConn, rows: Sequence[HeartbeatRow]) -> dict[uu
     with db_errors(f"heartbeat of {len(rows)} jobs"):
         result = await run_named(conn, "jobs_heartbeat", params)
     return {r["id"]: bool(r["cancel_requested"]) for r in result}
+
+
+async def arm_claimed_ahead(
+    conn: AsyncConn, runs: Sequence[tuple[uuid.UUID, uuid.UUID]]
+) -> set[uuid.UUID]:
+    """Clear the claimed-ahead mark of these jobs (id, lease id): their runs may start.
+    Return the ids whose lease still holds (the others must not start)."""
+    if not runs:
+        return set()
+    params = {"ids": [r[0] for r in runs], "lease_ids": [r[1] for r in runs]}
+    with db_errors(f"arming of {len(runs)} jobs claimed ahead"):
+        rows = await run_named(conn, "jobs_arm_claimed_ahead", params)
+    return {r["id"] for r in rows}
 
 
 @dataclass(frozen=True, slots=True)

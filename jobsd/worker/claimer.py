@@ -163,6 +163,7 @@ class Claimer:
                     types=self.registry.types() if self.cfg.known_types_only else None,
                     at_most_once_types=self.registry.at_most_once_types(),
                     durable=self.cfg.durable_claims,
+                    armed=self.holdings.arm_room,
                 )
             for job in jobs:
                 self.stats.claimed[self.stats.label(job.type)] += 1

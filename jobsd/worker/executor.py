@@ -136,15 +136,18 @@ class JobRunner:
         Without a free slot (a job claimed ahead) it waits, held, until a run ends.
         """
         assert self._hosting, "JobRunner.start before run"
-        if self.holdings.free <= 0:
+        # a job the database holds as claimed ahead waits, even for a free slot, until
+        # armed: it must not start while a crash would judge it not started
+        if self.holdings.free <= 0 or job.claimed_ahead:
             self.holdings.add_waiting(job, make_context(job, self.cfg.max_progress_bytes))
             if self._closing.is_set():  # claimed while stopping: give it back at once
                 self._give_back_waiting()
             return
         self._spawn(self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes)))
 
-    def _start_waiting(self) -> None:
-        """Start jobs claimed ahead while slots are free (never once closing)."""
+    def start_waiting(self) -> None:
+        """Start jobs claimed ahead while slots are free and they are armed (never once
+        closing)."""
         if not self._hosting or self._closing.is_set():
             return
         while (held := self.holdings.next_waiting()) is not None:
@@ -287,7 +290,7 @@ class JobRunner:
         if self.cfg.fault == "after_publish":
             crash_at("after_publish", [str(job.id)])
         took_s = self.holdings.release_slot(held)
-        self._start_waiting()
+        self.start_waiting()
         self.stats.run_s.observe(self.stats.label(job.type), took_s)
         if outcome is None and held.cancel_requested and not held.lost:
             outcome = self._cancelled(job)

@@ -13,7 +13,7 @@ from jobsd.context import JobContext
 from jobsd.models import Job
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["AHEAD_EXPECTED_WAIT_SHARE", "AHEAD_MAX_WAIT_S", "Held", "Holdings"]
+__all__ = ["AHEAD_EXPECTED_WAIT_SHARE", "AHEAD_MAX_WAIT_S", "ARM_AHEAD_S", "Held", "Holdings"]
 
 AHEAD_MAX_WAIT_S = 1.0
 """the default of ``JOBSD_CLAIM_AHEAD_MAX_WAIT`` (Settings.claim_ahead_max_wait): how
@@ -23,6 +23,10 @@ short runs must be for claiming ahead to go on)"""
 AHEAD_EXPECTED_WAIT_SHARE = 0.1
 """the jobs claimed ahead are as many as the slots start, at the mean run time, within
 this share of ``ahead_max_wait_s`` (at most ``ahead``)"""
+
+ARM_AHEAD_S = 0.01
+"""jobs claimed ahead are armed (may start as soon as a slot frees; a kill charges them a
+run) a round of the slots at a time, or as many as the slots start within this time"""
 
 # weight of the newest run in the running mean of run times
 _RUN_S_WEIGHT = 0.2
@@ -46,6 +50,9 @@ class Held:
     """this daemon claimed the job again under a new lease: this run can no longer report"""
     started_monotonic: float = 0.0
     """when the run started, on the daemon's clock"""
+    armed: bool = True
+    """may start: False while the database holds the job as claimed ahead (not started,
+    so not charged a run if the daemon dies), until ``Holdings.arm``"""
 
 
 class Holdings:
@@ -86,6 +93,10 @@ class Holdings:
         """running mean of this daemon's run times (None: no run has ended yet)"""
         self._on_waiting: anyio.Event | None = None
         self._waiting: deque[Held] = deque()
+        """jobs claimed ahead that may start when a slot frees (armed), oldest first"""
+        self._marked: deque[Held] = deque()
+        """jobs claimed ahead the database holds as not started, until armed (``arm``)"""
+        self._on_arm_due: anyio.Event | None = None
         self._held: dict[uuid.UUID, Held] = {}  # by lease id
         self._runs: dict[uuid.UUID, list[Held]] = {}  # by job id: a claim finds earlier runs
         self._running = 0
@@ -101,7 +112,7 @@ class Holdings:
     def claimable(self) -> int:
         """Return how many jobs the claimer may claim now: free slots, plus the room
         left for jobs claimed ahead (none while the slots do not turn over)."""
-        return self.slots + self.ahead_now - self._running - len(self._waiting)
+        return self.slots + self.ahead_now - self._running - self.waiting
 
     @property
     def ahead_now(self) -> int:
@@ -127,15 +138,18 @@ class Holdings:
         """Return the seconds until the jobs claimed ahead are stale (0: they are): no
         slot freed for ``ahead_max_wait_s``, and the oldest waited that long; None when
         none waits."""
-        if not self._waiting:
+        oldest = min(
+            (q[0].started_monotonic for q in (self._waiting, self._marked) if q), default=None
+        )
+        if oldest is None:
             return None
-        since = max(self._last_freed, self._waiting[0].started_monotonic)
+        since = max(self._last_freed, oldest)
         return max(since + self.ahead_max_wait_s - self.clock.monotonic(), 0.0)
 
     @property
     def waiting(self) -> int:
         """Return the number of jobs claimed ahead and not started yet."""
-        return len(self._waiting)
+        return len(self._waiting) + len(self._marked)
 
     @property
     def running(self) -> int:
@@ -162,29 +176,90 @@ class Holdings:
         return held
 
     def add_waiting(self, job: Job, ctx: JobContext) -> Held:
-        """Hold a job claimed ahead of the free slots; ``next_waiting`` starts it later."""
+        """Hold a job claimed ahead of the free slots; ``next_waiting`` starts it later
+        (once armed, if the database holds it as claimed ahead)."""
         held = self.add(job, ctx)
         self._running -= 1
-        self._waiting.append(held)
+        if job.claimed_ahead:
+            held.armed = False
+            self._marked.append(held)
+            self._arm_check()
+        else:
+            self._waiting.append(held)
         if self._on_waiting is not None:
             self._on_waiting.set()
             self._on_waiting = None
         return held
 
     def next_waiting(self) -> Held | None:
-        """Take a slot for the oldest job claimed ahead, or return None (no free slot,
-        or none waiting)."""
+        """Take a slot for the oldest armed job claimed ahead, or return None (no free
+        slot, or none armed)."""
         if self.free <= 0 or not self._waiting:
             return None
         held = self._waiting.popleft()
         held.started_monotonic = self.clock.monotonic()
         self._running += 1
+        if self._marked:
+            self._arm_check()
         return held
+
+    @property
+    def arm_room(self) -> int:
+        """Return how many jobs a claim may take ahead armed (not marked): up to the
+        armed target (``_arm_target``), while no marked job waits (those are older)."""
+        if self._marked:
+            return 0
+        return max(self._arm_target() - len(self._waiting), 0)
+
+    def _arm_target(self) -> int:
+        """How many armed jobs to keep waiting: a round of the slots, or more while runs
+        are short: as many as the slots start within ``ARM_AHEAD_S`` (a kill charges
+        them a run: the database cannot tell they never started)."""
+        mean = self._mean_run_s
+        if mean is None or mean * self.ahead <= self.slots * ARM_AHEAD_S:
+            return self.slots if mean is None else max(self.slots, self.ahead)
+        return max(self.slots, int(self.slots * ARM_AHEAD_S / mean))
+
+    def _arm_due(self) -> bool:
+        return bool(self._marked) and len(self._waiting) <= self._arm_target() // 2
+
+    def to_arm(self) -> list[Held]:
+        """Return the marked jobs to arm now: once at most half the armed target waits,
+        the oldest marked ones, up to the target (``_arm_target``)."""
+        if not self._arm_due():
+            return []
+        want = self._arm_target() - len(self._waiting)
+        return [self._marked[i] for i in range(min(want, len(self._marked)))]
+
+    def arm(self, taken: list[Held], alive: set[uuid.UUID]) -> None:
+        """Record that the database no longer holds ``taken`` (the oldest marked jobs,
+        from ``to_arm``) as claimed ahead: they may start when a slot frees. Those whose
+        lease is not in ``alive`` lost it (they settle without running)."""
+        for held in taken:
+            if held.finished or held.armed:  # given back meanwhile
+                continue
+            self._marked.remove(held)  # the oldest: found at once
+            held.armed = True
+            self._waiting.append(held)
+            if held.job.id not in alive:
+                self.mark_lost(held)
+
+    async def wait_to_arm(self) -> None:
+        """Wait until ``to_arm`` has jobs to arm."""
+        while not self._arm_due():
+            self._on_arm_due = event = anyio.Event()
+            await event.wait()
+
+    def _arm_check(self) -> None:
+        if self._on_arm_due is not None and self._arm_due():
+            self._on_arm_due.set()
+            self._on_arm_due = None
 
     def take_waiting(self) -> list[Held]:
         """Return every job claimed ahead and not started (at stop: they are given back)."""
-        taken = list(self._waiting)
+        taken = [*self._waiting, *self._marked]
         self._waiting.clear()
+        self._marked.clear()
         for held in taken:
             held.finished = True  # it never took a slot: nothing to release
         self._signal()
@@ -257,7 +332,7 @@ class Holdings:
 
     async def wait_waiting(self) -> None:
         """Wait until a job claimed ahead waits for a slot."""
-        while not self._waiting:
+        while not self.waiting:
             self._on_waiting = event = anyio.Event()
             await event.wait()
 

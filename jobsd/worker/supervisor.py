@@ -32,6 +32,7 @@ from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncPool, acquire
 from jobsd.store.listen import open_listen_connection
 from jobsd.worker import sdnotify
+from jobsd.worker.arming import Armer
 from jobsd.worker.claimer import Claimer, ClaimerSettings
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
@@ -170,6 +171,7 @@ class Daemon:
             clock,
             self.holdings,
         )
+        self.armer = Armer(self.pool, clock, self.holdings, self.runner.start_waiting)
         self.sweeper = Sweeper(
             self.pool,
             SweeperSettings(
@@ -324,6 +326,7 @@ class Daemon:
                     for service in (
                         self.completer,
                         self.heartbeat,
+                        self.armer,
                         self.sweeper,
                         self.recoverer,
                         self.hooks,
@@ -354,6 +357,8 @@ class Daemon:
                 self._ready.set()
                 log.info("daemon.ready", extra={"worker_id": self.settings.worker_id})
                 await self.claimer.run()
+            # a claim in flight at the stop has ended (it is shielded): no more jobs come
+            log.info("daemon.claiming_stopped", extra={"held": len(self.holdings)})
             self.runner.close()
 
     async def _watch_signals(self) -> None:

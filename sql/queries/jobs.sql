@@ -167,7 +167,7 @@ eligible AS (
   WHERE (r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit)
     AND (r.org_limit IS NULL OR r.org_running + r.org_nth <= r.org_limit)),
 chosen AS (
-  SELECT e.id, e.at_most_once, e.concurrency_key FROM eligible AS e
+  SELECT e.id, e.at_most_once, e.concurrency_key, e.pos FROM eligible AS e
   WHERE e.pos <= coalesce(%(free)s, %(limit)s)
      OR (e.concurrency_key IS NULL AND NOT e.has_dedup AND NOT e.at_most_once)
   ORDER BY e.priority, e.created_at, e.id
@@ -186,7 +186,11 @@ commit_mode AS MATERIALIZED (
 UPDATE jobsd.jobs AS j
 SET status = 'running', started_at = now(), attempts = j.attempts + 1,
     lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
-    dedup_key = CASE WHEN j.type = ANY(%(keep_dedup_types)s::text[]) THEN j.dedup_key END
+    dedup_key = CASE WHEN j.type = ANY(%(keep_dedup_types)s::text[]) THEN j.dedup_key END,
+    -- claimed ahead beyond the free slots and the `armed` next ones: not started until
+    -- the daemon arms it (0021)
+    claimed_ahead = CASE WHEN chosen.pos > coalesce(%(free)s, %(limit)s) + %(armed)s
+                         THEN true END
 FROM chosen
 WHERE j.id = chosen.id
 RETURNING j.*, (SELECT count(*) FROM picked) AS considered,
@@ -203,6 +207,16 @@ FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(fields)s::jsonb[])
      AS h(id, lease_id, fields)
 WHERE j.id = h.id AND j.lease_id = h.lease_id AND j.status = 'running'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: jobs_arm_claimed_ahead
+-- Jobs claimed ahead whose handlers this daemon is about to start: clear the mark
+-- (migration 0021), under each run's own lease; the ids whose lease holds come back
+-- (only those may start).
+UPDATE jobsd.jobs AS j
+SET claimed_ahead = NULL
+FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[]) AS s(id, lease_id)
+WHERE j.id = s.id AND j.lease_id = s.lease_id AND j.status = 'running'
+RETURNING j.id;
 
 -- name: jobs_finish_batch
 -- Write many outcomes in one statement, each conditioned on its lease. A result
@@ -222,7 +236,8 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
                      ELSE j.dedup_key END,
     lease_id = CASE WHEN r.status = 'running' THEN j.lease_id
                     WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN j.lease_id END,
-    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after)
+    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after),
+    claimed_ahead = NULL
 FROM jobsd.outcome_rows(%(results)s::jsonb) AS r
 WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
 RETURNING j.id, j.type, j.status, j.concurrency_key, j.dedup_key, j.lease_id, j.error,
@@ -248,6 +263,7 @@ SELECT now() AS now;
 -- that job: the sweeper's one-by-one pass after the database refused a whole one.
 WITH stale AS (
   SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
+         coalesce(j.claimed_ahead, false) AS unstarted,
          j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
   FROM jobsd.jobs AS j
   WHERE j.status = 'running'
@@ -260,12 +276,16 @@ WITH stale AS (
 decided AS (
   SELECT s.id,
          CASE WHEN s.cancel_requested THEN 'cancel'
+              -- claimed ahead and never armed, so never started (0021): no run to
+              -- charge, none to lose or recover
+              WHEN s.unstarted THEN 'requeue'
               WHEN l.delivery = 'recover' THEN 'recover'
               WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
               WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
                 THEN 'requeue'
               ELSE 'exhausted' END AS verdict,
-         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why
+         CASE WHEN s.unstarted THEN 'not started'
+              WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why
   FROM stale AS s
   LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[], %(deliveries)s::text[])
     AS l(type, max_attempts, delivery)
@@ -283,7 +303,8 @@ SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'can
                            ELSE 'max attempts exceeded' END,
     finished_at = CASE WHEN d.verdict IN ('requeue', 'recover') THEN NULL ELSE now() END,
     dedup_key = CASE WHEN d.verdict IN ('requeue', 'recover') THEN j.dedup_key END,
-    lease_id = NULL
+    lease_id = NULL,
+    claimed_ahead = NULL
 FROM decided AS d
 WHERE j.id = d.id
 RETURNING j.*;
@@ -371,7 +392,7 @@ key_count AS (
 UPDATE jobsd.jobs AS j
 SET status = 'running', started_at = now(), attempts = j.attempts + 1,
     lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
-    dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END
+    dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END, claimed_ahead = NULL
 FROM target AS t
 WHERE j.id = t.id AND t.paused_at IS NULL
   AND (t.concurrency_key IS NULL

@@ -44,6 +44,7 @@ def _claim(conn: psycopg.Connection[Any], keep: list[str] | None = None) -> list
             "types": None,
             "at_most_once_types": [],
             "relaxed_commit": True,
+            "armed": 0,
         },
     )
 

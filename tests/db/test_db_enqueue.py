@@ -125,6 +125,7 @@ def test_jobs_enqueued_in_one_transaction_are_claimed_in_enqueue_order(
             "types": None,
             "at_most_once_types": [],
             "relaxed_commit": True,
+            "armed": 0,
         },
     )
     claimed.sort(key=lambda r: (r["created_at"], r["id"]))

@@ -89,6 +89,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "types": None,
                 "at_most_once_types": [],
                 "relaxed_commit": True,
+                "armed": 0,
             },
         )
         mine = [r for r in rows if r["org_id"] == self.org]

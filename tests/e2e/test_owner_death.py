@@ -80,3 +80,63 @@ def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
     # a clean stop deregisters
     assert scalar(conn, "SELECT count(*) FROM jobsd.workers") == 0
     assert_history_complete(conn)
+
+
+@pytest.mark.timeout(60)
+def test_kill_9_sends_a_job_claimed_ahead_back_unstarted_instead_of_failing_it(
+    side_db: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
+) -> None:
+    # one slot, one attempt per job (the default): the daemon holds a run and two jobs
+    # claimed ahead of it when it is killed; the one beyond the armed round is not charged
+    env = make_env(
+        side_db,
+        JOBSD_STALE_AFTER="600",
+        JOBSD_DEATH_CHECK_INTERVAL="0.5",
+        JOBSD_SLOTS="1",
+        JOBSD_CLAIM_AHEAD_MAX_WAIT="60",  # no give-back within the test
+    )
+    first = spawn("run", env=env)
+    first.wait_ready()
+    with SyncClient(side_db) as client:
+        # a run of 50 ms first: claiming ahead goes on, one job at a time is armed
+        warm = client.enqueue("sleep", {"seconds": 0.05}, org_id="acme")
+        wait_status(conn, warm.id, "succeeded")
+        running = client.enqueue("sleep", {"seconds": 3600}, org_id="acme")
+        wait_status(conn, running.id, "running")
+        # claimed, waiting for the slot: the first armed (a round of the one slot, to
+        # start as soon as it frees), the second marked as claimed ahead
+        armed = client.enqueue("noop", {}, org_id="acme")
+        wait_status(conn, armed.id, "running")
+        ahead = client.enqueue("noop", {}, org_id="acme")
+        wait_status(conn, ahead.id, "running")
+    marked = "SELECT claimed_ahead FROM jobsd.jobs WHERE id = %s"
+    assert [scalar(conn, marked, (j.id,)) for j in (running, armed, ahead)] == [None, None, True]
+
+    second = spawn("run", env=make_env(side_db, JOBSD_DEATH_CHECK_INTERVAL="0.5"))
+    second.wait_ready()
+    first.send(signal.SIGKILL)
+    assert first.wait(10) == -signal.SIGKILL
+    wait_status(conn, ahead.id, "succeeded", timeout_s=15)
+    wait_status(conn, running.id, "failed", timeout_s=15)
+    # the armed one is charged like the run: the database cannot tell it did not start
+    wait_status(conn, armed.id, "failed", timeout_s=15)
+
+    def history(job_id: object) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
+            "WHERE job_id = %s ORDER BY id",
+            (job_id,),
+        ).fetchall()
+
+    assert history(ahead.id) == [
+        (None, "queued", 0, None),
+        ("queued", "running", 1, None),
+        ("running", "queued", 1, "not started"),
+        ("queued", "running", 2, None),
+        ("running", "succeeded", 2, None),
+    ]
+    for charged in (running, armed):
+        assert history(charged.id)[-1] == ("running", "failed", 1, "max attempts exceeded")
+    second.send(signal.SIGTERM)
+    assert second.wait(20) == 0
+    assert_history_complete(conn)

@@ -184,6 +184,7 @@ def _claim_race(url: str, query: str, claimers: int, batch: int) -> tuple[Counte
         "types": None,
         "at_most_once_types": [],
         "relaxed_commit": True,
+        "armed": 0,
     }
 
     def claimer(n: int) -> None:

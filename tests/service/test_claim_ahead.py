@@ -5,10 +5,12 @@ frees, and on stop the ones never started go back to queued."""
 from __future__ import annotations
 
 import anyio
+import psycopg
 import pytest
 from support.history import assert_history_complete_async
 
 import jobsd
+from jobsd.client import JobSpec
 from jobsd.registry import Registry
 
 from .conftest import (
@@ -269,4 +271,51 @@ async def test_a_job_claimed_ahead_behind_a_blocked_slot_runs_elsewhere(
             assert a.stats.given_back == 1
     finally:
         release.set()
+    await assert_history_complete_async(db)
+
+
+async def test_a_job_claimed_ahead_starts_only_once_armed_in_the_database(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    # beyond a round of the slots, a claim marks the jobs it takes ahead (a crash then
+    # requeues them unrun); each handler finds its job's mark cleared when it starts
+    release = anyio.Event()
+    marks: dict[int, object] = {}
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT claimed_ahead FROM jobsd.jobs WHERE id = %s", (ctx.id,)
+            )
+            marks[ctx.payload["n"]] = (await cur.fetchone() or [None])[0]
+        if ctx.payload["n"] == 0:
+            await anyio.sleep(0.05)  # runs of 50 ms: one job at a time is armed
+        if ctx.payload["n"] == 1:
+            await release.wait()
+
+    settings = make_settings(db_url, slots=1, claim_ahead=5, claim_ahead_max_wait=10.0)
+    async with running_daemon(settings, registry) as d:
+        warm = await client.enqueue("t", {"n": 0}, org_id="acme")
+        await wait_status(db, warm.id, "succeeded")
+        first = await client.enqueue("t", {"n": 1}, org_id="acme")
+        await wait_status(db, first.id, "running")
+        ahead = await client.enqueue_many(
+            [JobSpec.build("t", {"n": n}, org_id="acme") for n in (2, 3, 4)]
+        )
+        for job in ahead:
+            await wait_status(db, job.id, "running")
+        assert d.holdings.waiting == 3
+        # the first claimed ahead is armed by its claim (a round of the one slot), the
+        # others are marked until armed one by one as the slot turns over
+        assert [(await fetch_job(db, j.id))["claimed_ahead"] for j in ahead] == [
+            None,
+            True,
+            True,
+        ]
+        release.set()
+        await _all_succeed(db, first, *ahead)
+    assert marks == {0: None, 1: None, 2: None, 3: None, 4: None}
+    for job in ahead:
+        assert (await fetch_job(db, job.id))["claimed_ahead"] is None
     await assert_history_complete_async(db)

@@ -4,6 +4,7 @@ daemon's slots stay held by runs that last, so another daemon should have them).
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -145,3 +146,60 @@ async def test_a_freed_slot_starts_the_waiting_job_instead_of_making_it_stale() 
     holdings.release_slot(run)
     started = holdings.next_waiting()
     assert started is not None and holdings.stale_in() is None
+
+
+def _marked(holdings: Holdings) -> Held:
+    job = replace(_job(), claimed_ahead=True)
+    return holdings.add_waiting(job, make_context(job))
+
+
+async def test_a_job_marked_as_claimed_ahead_starts_only_once_armed() -> None:
+    holdings, clock = _holdings(slots=2, ahead=10)
+    run = _run(holdings)
+    clock.advance(0.05)  # runs of 50 ms: a round of the slots is armed at a time
+    holdings.release_slot(run)
+    assert holdings.arm_room == 2
+    armed, marked = _wait(holdings), _marked(holdings)
+    assert holdings.arm_room == 0  # a marked job waits: a claim arms nothing more
+    assert holdings.next_waiting() is armed
+    assert holdings.free == 1
+    assert holdings.next_waiting() is None  # a free slot, but the job is not armed
+    assert holdings.waiting == 1 and not marked.armed
+    assert holdings.to_arm() == [marked]
+    holdings.arm([marked], {marked.job.id})
+    assert marked.armed and not marked.lost
+    assert holdings.next_waiting() is marked
+
+
+async def test_arming_starts_at_half_the_armed_target_and_fills_it() -> None:
+    holdings, clock = _holdings(slots=4, ahead=40)
+    run = _run(holdings)
+    clock.advance(0.02)  # 20 ms runs: 4 slots start 2 jobs in 10 ms: target one round
+    holdings.release_slot(run)
+    armed = [_wait(holdings) for _ in range(3)]
+    marked = [_marked(holdings) for _ in range(6)]
+    assert holdings.to_arm() == []  # three armed of a target of four
+    for held in armed[:2]:
+        assert holdings.next_waiting() is held
+    assert holdings.to_arm() == marked[:3]  # two of four left: up to four again
+    holdings.arm(marked[:3], {h.job.id for h in marked[:2]})
+    assert marked[2].lost  # its lease was gone: it settles without running
+    assert [holdings.next_waiting() for _ in range(2)] == [armed[2], marked[0]]
+
+
+async def test_short_runs_arm_every_job_claimed_ahead() -> None:
+    holdings, clock = _holdings(slots=2, ahead=20)
+    run = _run(holdings)
+    clock.advance(0.0005)  # 20 jobs start within 5 ms: all of them armed by the claim
+    holdings.release_slot(run)
+    assert holdings.arm_room == 20
+
+
+async def test_a_stop_gives_back_marked_jobs_too() -> None:
+    holdings, _clock = _holdings(slots=1, ahead=5)
+    _run(holdings)
+    armed, marked = _wait(holdings), _marked(holdings)
+    assert holdings.take_waiting() == [armed, marked]
+    assert holdings.waiting == 0 and holdings.to_arm() == []
+    holdings.arm([marked], {marked.job.id})  # an arming that answers after the stop
+    assert holdings.waiting == 0 and holdings.next_waiting() is None
