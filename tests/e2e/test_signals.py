@@ -30,6 +30,9 @@ def test_a_stop_signal_lets_the_running_job_finish_and_exits_0(
         wait_status(conn, running.id, "running")
         daemon.send(sig)
         daemon.wait_for(r"\bdaemon\.stopping\b")
+        # a claim in flight at the signal ends first (found once under load: the round
+        # the sleep job's NOTIFY had started claimed the job enqueued here)
+        daemon.wait_for(r"\bdaemon\.claiming_stopped\b")
         # stopped claiming: a job enqueued now waits for another daemon
         late = client.enqueue("noop", {}, org_id="acme")
         assert daemon.wait(20) == 0

@@ -223,10 +223,15 @@ async def test_a_dependent_scheduled_for_later_starts_on_time_without_the_poll(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
     starts: dict[str, datetime] = {}
+    later_enqueued = anyio.Event()
 
     @jobsd.handler("step", registry=registry)
     async def step(ctx: jobsd.JobContext) -> None:
         starts[ctx.payload["name"]] = datetime.now(UTC)
+        if ctx.payload["name"] == "first":
+            # the dependent is enqueued while its dependency runs: it starts blocked
+            # (found once under load: "first" had ended, "later" started scheduled)
+            await later_enqueued.wait()
 
     settings = make_settings(db_url, poll_interval=POLL_S)
     async with running_daemon(settings, registry):
@@ -237,6 +242,7 @@ async def test_a_dependent_scheduled_for_later_starts_on_time_without_the_poll(
         later = await client.enqueue(
             "step", {"name": "later"}, org_id="acme", depends_on=[first.id], run_after=due
         )
+        later_enqueued.set()
         await wait_status(db, later.id, "succeeded", timeout_s=5)
     assert starts["later"] >= due
     assert (starts["later"] - due).total_seconds() < 0.5, "started a poll interval late"
