@@ -19,6 +19,14 @@ from .conftest import Proc, make_env, poll, scalar, wait_status
 pytestmark = [pytest.mark.slow]
 
 
+def _history(conn: psycopg.Connection[Any], job_id: object) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
+        "WHERE job_id = %s ORDER BY id",
+        (job_id,),
+    ).fetchall()
+
+
 @pytest.mark.timeout(60)
 def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
     side_db: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
@@ -51,21 +59,14 @@ def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
     workers = [r[0] for r in conn.execute("SELECT worker_id FROM jobsd.workers")]
     assert workers and first_id not in workers
 
-    def history(job_id: object) -> list[tuple[Any, ...]]:
-        return conn.execute(
-            "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
-            "WHERE job_id = %s ORDER BY id",
-            (job_id,),
-        ).fetchall()
-
-    assert history(again.id) == [
+    assert _history(conn, again.id) == [
         (None, "queued", 0, None),
         ("queued", "running", 1, None),
         ("running", "queued", 1, "owner died"),
         ("queued", "running", 2, None),
         ("running", "succeeded", 2, None),
     ]
-    assert history(once.id) == [
+    assert _history(conn, once.id) == [
         (None, "queued", 0, None),
         ("queued", "running", 1, None),
         ("running", "failed", 1, "worker lost"),
@@ -121,14 +122,7 @@ def test_kill_9_sends_a_job_claimed_ahead_back_unstarted_instead_of_failing_it(
     # the armed one is charged like the run: the database cannot tell it did not start
     wait_status(conn, armed.id, "failed", timeout_s=15)
 
-    def history(job_id: object) -> list[tuple[Any, ...]]:
-        return conn.execute(
-            "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
-            "WHERE job_id = %s ORDER BY id",
-            (job_id,),
-        ).fetchall()
-
-    assert history(ahead.id) == [
+    assert _history(conn, ahead.id) == [
         (None, "queued", 0, None),
         ("queued", "running", 1, None),
         ("running", "queued", 1, "not started"),
@@ -136,7 +130,7 @@ def test_kill_9_sends_a_job_claimed_ahead_back_unstarted_instead_of_failing_it(
         ("running", "succeeded", 2, None),
     ]
     for charged in (running, armed):
-        assert history(charged.id)[-1] == ("running", "failed", 1, "max attempts exceeded")
+        assert _history(conn, charged.id)[-1] == ("running", "failed", 1, "max attempts exceeded")
     second.send(signal.SIGTERM)
     assert second.wait(20) == 0
     assert_history_complete(conn)
