@@ -142,8 +142,8 @@ class Job:
     trace_context: dict[str, str] | None = None
     """the W3C trace context of the enqueue, with OpenTelemetry (migration 0014)"""
     claimed_ahead: bool = False
-    """claimed ahead of its daemon's free slots, its start not recorded yet (migration
-    0021; the daemon's business, not in ``to_json``)"""
+    """claimed ahead of its daemon's free slots and not armed: it must not start until
+    the daemon arms it (migration 0021; the daemon's business, not in ``to_json``)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

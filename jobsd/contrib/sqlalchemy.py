@@ -104,7 +104,7 @@ jobs = Table(
     Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
     # the W3C trace context of the enqueue (migration 0014; null without OpenTelemetry)
     Column("trace_context", JSONB),
-    # claimed ahead of its daemon's free slots, not known started (migration 0021)
+    # claimed ahead of its daemon's free slots and not armed: not started (migration 0021)
     Column("claimed_ahead", Boolean),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint(

@@ -1,13 +1,14 @@
 """Arm jobs claimed ahead: tell the database they may start, before they start.
 
-A claim takes up to a round of the slots ahead armed; the jobs it takes beyond that are
-marked ``claimed_ahead`` (migration 0021). A marked job has not started, by
-construction: its handler starts only once the armer has cleared its mark. So when a
-daemon dies holding jobs claimed ahead, the sweeper sends the marked ones back to
-``queued`` (reason ``not started``) instead of charging each a run it never had, and a
-job still never runs more often than its type allows. The armer keeps about a round of
-the slots armed ahead of them: when half a round or less is left it clears the marks of
-the next ones in one statement (docs/decisions.md, "Claiming ahead").
+A claim takes the jobs it claims ahead armed up to the armed target (a round of the
+slots, or the jobs due to start within ``ARM_AHEAD_S``: ``Holdings.arm_room``); the
+ones beyond it are marked ``claimed_ahead`` (migration 0021). A marked job has not
+started, by construction: its handler starts only once the armer has cleared its mark.
+So when a daemon dies holding jobs claimed ahead, the sweeper sends the marked ones
+back to ``queued`` (reason ``not started``) instead of charging each a run it never
+had, and a job still never runs more often than its type allows. When half the target
+or less is left armed, the armer clears the marks of the next ones, up to the target,
+in one statement (docs/decisions.md, "Claiming ahead").
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 
 import anyio
 
@@ -216,8 +217,10 @@ class Holdings:
         are short: as many as the slots start within ``ARM_AHEAD_S`` (a kill charges
         them a run: the database cannot tell they never started)."""
         mean = self._mean_run_s
-        if mean is None or mean * self.ahead <= self.slots * ARM_AHEAD_S:
-            return self.slots if mean is None else max(self.slots, self.ahead)
+        if mean is None:
+            return self.slots
+        if mean * self.ahead <= self.slots * ARM_AHEAD_S:
+            return max(self.slots, self.ahead)
         return max(self.slots, int(self.slots * ARM_AHEAD_S / mean))
 
     def _arm_due(self) -> bool:
@@ -228,8 +231,7 @@ class Holdings:
         the oldest marked ones, up to the target (``_arm_target``)."""
         if not self._arm_due():
             return []
-        want = self._arm_target() - len(self._waiting)
-        return [self._marked[i] for i in range(min(want, len(self._marked)))]
+        return list(islice(self._marked, self._arm_target() - len(self._waiting)))
 
     def arm(self, taken: list[Held], alive: set[uuid.UUID]) -> None:
         """Record that the database no longer holds ``taken`` (the oldest marked jobs,
