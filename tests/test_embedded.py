@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.processes import pid_alive
 
 from jobsd.dev import embedded
 from jobsd.dev.embedded import EmbeddedPostgres, find_bindir
@@ -34,18 +35,6 @@ def _scalar(url: str, query: str) -> object:
         row = c.execute(query).fetchone()
     assert row is not None
     return row[0]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture
@@ -135,7 +124,7 @@ def test_kill_breaks_connections_and_start_recovers_committed_data(
     pg.kill()
 
     assert not pg.running
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     with pytest.raises(psycopg.OperationalError):
         live.execute("SELECT 1")
     live.close()
@@ -174,7 +163,7 @@ def test_cleanup_removes_directory_and_is_idempotent(make_cluster: MakeCluster) 
     pg.cleanup()
     assert not base.exists()
     assert not pg.running
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     pg.cleanup()  # idempotent
     assert not base.exists()
     with pytest.raises(ConfigError, match="cleaned up"):
@@ -290,7 +279,7 @@ def test_atexit_cleans_up_a_cluster_left_running() -> None:
     )
     assert result.returncode == 0, result.stderr
     pid_text, base = result.stdout.split()
-    assert not _pid_alive(int(pid_text))
+    assert not pid_alive(int(pid_text))
     assert not Path(base).exists()
 
 
@@ -310,12 +299,12 @@ def test_clusters_of_a_killed_process_are_reaped(shared_parent: Path) -> None:
     pid_text, base = result.stdout.split()
     pid = int(pid_text)
     try:
-        assert _pid_alive(pid)
+        assert pid_alive(pid)
         assert Path(base).is_dir()
         fresh = EmbeddedPostgres(base_dir=shared_parent)
         fresh.cleanup()
-        assert not _pid_alive(pid)
+        assert not pid_alive(pid)
         assert not Path(base).exists()
     finally:
-        if _pid_alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)

@@ -15,21 +15,13 @@ import uuid
 import httpx
 import pytest
 from harness import Scenario
+from support.processes import pid_alive
 
 from jobsd.client import SyncClient
 
 pytestmark = [pytest.mark.slow]
 
 ISOLATED = "fault_handlers,fault_handlers_isolated"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = f"/proc/{pid}/stat"
-    return not os.path.exists(stat) or open(stat).read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _enqueue(scenario: Scenario, kinds: list[str], ms: int = 0) -> dict[str, list[uuid.UUID]]:
@@ -141,7 +133,7 @@ def test_t14_hung_isolated_handler_is_killed(scenario: Scenario) -> None:
     children = [r.extra["child"] for rs in scenario.runs().values() for r in rs if r.extra]
     scenario.expect("status", (status, reason), "==", ("failed", "timeout"))
     scenario.expect("kill_latency_s", lasted, "<=", 3.0)
-    scenario.expect("leftover_processes", sum(1 for c in children if _alive(c)), "==", 0)
+    scenario.expect("leftover_processes", sum(1 for c in children if pid_alive(c)), "==", 0)
     scenario.expect("sibling_failures", scenario.count_status("failed") - 1, "==", 0)
     scenario.verdict()
 
@@ -218,7 +210,7 @@ def test_t1_no_orphan_handler_processes_after_kill_9(scenario: Scenario) -> None
     scenario.kill(daemon)
     children = [r.extra["child"] for rs in scenario.runs().values() for r in rs if r.extra]
     time.sleep(1.0)
-    orphans = [c for c in children if _alive(c)]
+    orphans = [c for c in children if pid_alive(c)]
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
     scenario.expect("children_seen", len(children), "==", 3)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from support.history import assert_history_complete_async
+from support.processes import pid_alive
 
 import jobsd
 
@@ -20,15 +21,6 @@ from .isolated_handlers import REGISTRY
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(90)]
 
 ENDED = ("succeeded", "failed", "scheduled", "recovery_required")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def _end(db: ADb, job: jobsd.Job) -> dict[str, Any]:
@@ -76,10 +68,10 @@ async def test_timeouts_kill_the_child_errors_cross_and_reports_are_capped(
         default = await client.enqueue("follows_default", {}, org_id="acme")
         row = await _end(db, hung)
         pid = row["progress"]["pid"]
-        alive_after = _alive(pid)
+        alive_after = pid_alive(pid)
         assert pid not in daemon.runner.children.pids
         killed = await _end(db, stubborn)
-        alive_after_kill = _alive(killed["progress"]["pid"])
+        alive_after_kill = pid_alive(killed["progress"]["pid"])
         raised = await wait_status(db, raising.id, "failed", timeout_s=30)
         capped = [await _end(db, j) for j in (*reports, inline)]
         followed = await _end(db, default)
