@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
+import psycopg
 
 from jobsd.errors import (
     BackendUnavailable,
@@ -42,9 +44,10 @@ from jobsd.store.db import (
     acquire_sync,
     db_errors,
 )
-from jobsd.store.named import Row, run_named, run_named_sync, run_named_tuples
+from jobsd.store.named import Row, run_named, run_named_sync, run_named_tuples, sql_text
 
 __all__ = [
+    "BULK_COPY_MIN_JOBS",
     "Plan",
     "Statement",
     "enqueue",
@@ -56,6 +59,11 @@ __all__ = [
     "new_job",
 ]
 
+# Batches of this many jobs or more go in through COPY (fewer: one INSERT; below
+# about 200 jobs the three more round trips of the transaction cost more than COPY saves).
+BULK_COPY_MIN_JOBS = 500
+# Connections whose role is under row-level security, where COPY FROM does not run.
+_COPY_REFUSED: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
 # Re-inserts after the dedup holder released its key between conflict and re-read.
 _DEDUP_TRIES = 3
 # Attempts of one enqueue on jobsd's own pool when the connection drops.
@@ -310,45 +318,103 @@ async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
     """Create many jobs in one statement; return them in order (existing ones on hits).
 
     All or nothing. A batch that cannot hit an existing job (no dedup key, no id given,
-    no dependency) is one autocommit statement: one round trip, and an unknown queue
-    fails it through the queue's foreign key. Any other batch runs in one transaction:
-    conflicts are resolved and dependencies recorded one by one after the insert.
+    no dependency) goes in at once: ``BULK_COPY_MIN_JOBS`` jobs or more through
+    ``COPY`` in one transaction, fewer in one autocommit ``INSERT``; an unknown queue
+    fails it through the queue's foreign key. Any other batch, and one whose ids are
+    in already (the same batch sent again), runs in one transaction: conflicts are
+    resolved and dependencies recorded one by one after the insert.
     """
     operation = f"bulk enqueue of {len(specs)} jobs"
     async with acquire(pool, operation) as conn:
         with db_errors(operation):
             if not any(s.dedup_key is not None or s.id_may_exist or s.depends_on for s in specs):
-                rows = await run_named_tuples(conn, "jobs_insert_many", _many_params(specs))
-                if len(rows) == len(specs):
-                    payloads = _decode_payloads(specs)
-                    return [
-                        new_job(spec, row, payload)
-                        for spec, row, payload in zip(specs, rows, payloads, strict=True)
-                    ]
-                # unreachable with fresh UUIDv7 ids: every row is new
-                raise DatabaseError(f"{operation}: {len(specs) - len(rows)} ids collided")
-            async with conn.transaction():
-                names = sorted({s.queue for s in specs})
-                found = await run_named(conn, "queues_existing", {"names": names})
-                missing = set(names) - {r["name"] for r in found}
-                if missing:
-                    raise UnknownQueue(sorted(missing)[0])
-                # Jobs with dependencies take the one-by-one plan, in order, after the
-                # others: they may depend on jobs of this very batch.
-                plain = [s for s in specs if not s.depends_on]
-                by_id = {s.id: s for s in plain}
-                rows = await run_named_tuples(conn, "jobs_insert_many", _many_params(plain))
-                inserted = {row[0]: new_job(by_id[row[0]], row) for row in rows}
-                for spec in specs:
-                    if spec.depends_on:
-                        inserted[spec.id] = await _drive(conn, enqueue_plan(spec))
-                result = []
-                for spec in specs:
-                    job = inserted.get(spec.id)
-                    if job is None:  # conflict on the id or the key: resolve it like one enqueue
-                        job = await _drive(conn, enqueue_plan(replace(spec, id_may_exist=True)))
-                    result.append(job)
-                return result
+                fresh = await _insert_fresh(conn, specs)
+                if fresh is not None:
+                    return fresh
+            return await _insert_resolving(conn, specs)
+
+
+async def _insert_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | None:
+    """Insert jobs whose ids should be new; None when one of them is in already."""
+    if len(specs) >= BULK_COPY_MIN_JOBS and conn not in _COPY_REFUSED:
+        try:
+            jobs = await _copy_fresh(conn, specs)
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "jobs_pkey":
+                raise
+            return None
+        if jobs is not None:
+            return jobs
+    rows = await run_named_tuples(conn, "jobs_insert_many", _many_params(specs))
+    if len(rows) < len(specs):
+        return None
+    payloads = _decode_payloads(specs)
+    return [new_job(s, row, p) for s, row, p in zip(specs, rows, payloads, strict=True)]
+
+
+async def _copy_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | None:
+    """Insert jobs whose ids should be new through COPY, in one transaction.
+
+    Each job's status is decided against the transaction's now(), as ``jobs_insert_many``
+    decides it. None when row-level security applies to the connection's role (COPY
+    FROM does not run then): the caller inserts instead.
+    """
+    async with conn.transaction():
+        start = (await run_named_tuples(conn, "jobs_copy_start", {}))[0]
+        now, row_security = start
+        if row_security:
+            _COPY_REFUSED.add(conn)
+            return None
+        statuses = [
+            "queued" if s.run_after is None or s.run_after <= now else "scheduled" for s in specs
+        ]
+        async with conn.cursor().copy(sql_text("jobs_copy")) as copy:
+            for spec, status in zip(specs, statuses, strict=True):
+                await copy.write_row(
+                    (
+                        spec.id,
+                        spec.org_id,
+                        spec.type,
+                        spec.queue,
+                        status,
+                        spec.payload_json,
+                        now if spec.run_after is None else spec.run_after,
+                        spec.priority,
+                        spec.concurrency_key,
+                        spec.trace_context,
+                    )
+                )
+    payloads = _decode_payloads(specs)
+    return [
+        new_job(spec, (spec.id, status, now if spec.run_after is None else spec.run_after, now), p)
+        for spec, status, p in zip(specs, statuses, payloads, strict=True)
+    ]
+
+
+async def _insert_resolving(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job]:
+    """Insert a batch in one transaction, resolving hits and dependencies one by one."""
+    async with conn.transaction():
+        names = sorted({s.queue for s in specs})
+        found = await run_named(conn, "queues_existing", {"names": names})
+        missing = set(names) - {r["name"] for r in found}
+        if missing:
+            raise UnknownQueue(sorted(missing)[0])
+        # Jobs with dependencies take the one-by-one plan, in order, after the
+        # others: they may depend on jobs of this very batch.
+        plain = [s for s in specs if not s.depends_on]
+        by_id = {s.id: s for s in plain}
+        rows = await run_named_tuples(conn, "jobs_insert_many", _many_params(plain))
+        inserted = {row[0]: new_job(by_id[row[0]], row) for row in rows}
+        for spec in specs:
+            if spec.depends_on:
+                inserted[spec.id] = await _drive(conn, enqueue_plan(spec))
+        result = []
+        for spec in specs:
+            job = inserted.get(spec.id)
+            if job is None:  # conflict on the id or the key: resolve it like one enqueue
+                job = await _drive(conn, enqueue_plan(replace(spec, id_may_exist=True)))
+            result.append(job)
+        return result
 
 
 def _decode_payloads(specs: Sequence[JobSpec]) -> list[dict[str, Any]]:

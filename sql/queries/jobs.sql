@@ -40,6 +40,22 @@ ORDER BY b.ord
 ON CONFLICT DO NOTHING
 RETURNING id, status, run_after, created_at;
 
+-- name: jobs_copy_start
+-- The first statement of a bulk enqueue through COPY, in its transaction: the
+-- transaction's now() (every job's created_at, and the run_after of those without
+-- one), and whether row-level security applies to this role (COPY FROM refuses to
+-- run then, and the batch goes through jobs_insert_many instead).
+SELECT now() AS now, row_security_active('jobsd.jobs') AS row_security;
+
+-- name: jobs_copy
+-- The rows of a bulk enqueue whose jobs cannot exist yet (fresh ids, no dedup key, no
+-- dependency): the client decided each status against jobs_copy_start's now(), as
+-- jobs_insert_many decides it against its own. The insert triggers run as for an
+-- INSERT: history, admission (capacity, quotas), the wake-up NOTIFY.
+COPY jobsd.jobs (id, org_id, type, queue, status, payload, run_after, priority,
+                 concurrency_key, trace_context)
+FROM STDIN;
+
 -- name: jobs_mark_dependencies
 -- The dependencies of a job being enqueued, in the enqueuer's org: mark each as
 -- having dependents and return its latest status. The UPDATE locks the rows: a

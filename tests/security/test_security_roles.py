@@ -23,9 +23,11 @@ from jobsd.admin.roles import (
 )
 from jobsd.cli import main as jobsd_main
 from jobsd.errors import ConfigError, DatabaseError, JobNotFound
+from jobsd.jobspec import JobSpec
 from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import queries
+from jobsd.store.enqueue import BULK_COPY_MIN_JOBS
 from jobsd.store.migrate import migrate_sync, migration_status_sync
 
 from .conftest import FAST, Roles, wait_until
@@ -274,6 +276,25 @@ async def test_enqueue_work_and_read_under_their_roles(roles: Roles) -> None:
         ]
         with pytest.raises(JobNotFound):
             await reader.get(second.id)
+
+
+@pytest.mark.anyio
+async def test_a_bulk_enqueue_under_row_level_security_inserts_instead_of_copying(
+    roles: Roles,
+) -> None:
+    # COPY FROM does not run where row-level security applies: the batch still goes in
+    size = BULK_COPY_MIN_JOBS
+    specs = [JobSpec.build("t", {"i": i}, org_id="acme") for i in range(size)]
+    async with jobsd.Client(roles.url("enqueue", org="acme")) as client:
+        jobs = await client.enqueue_many(specs)
+        again = await client.enqueue_many(specs)  # the connection knows by now
+        assert [j.id for j in jobs] == [s.id for s in specs]
+        assert again == jobs
+        with pytest.raises(DatabaseError, match="violates row-level security policy"):
+            await client.enqueue_many([JobSpec.build("t", {}, org_id="other") for _ in range(size)])
+    async with await psycopg.AsyncConnection.connect(roles.db_url) as admin:
+        cur = await admin.execute("SELECT org_id, count(*) FROM jobsd.jobs GROUP BY org_id")
+        assert await cur.fetchall() == [("acme", size)]
 
 
 @pytest.mark.anyio
