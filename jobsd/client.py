@@ -224,10 +224,11 @@ class Client:
         return await store_enqueue.enqueue_on_pool(self._pool, spec)
 
     async def enqueue_many(self, specs: Sequence[JobSpec]) -> list[Job]:
-        """Create many jobs in one statement; return them in order (existing ones on hits).
+        """Create many jobs at once; return them in order (existing ones on hits).
 
         All or nothing: one transaction, so an error leaves none of the jobs behind.
         Sending the same specs again (after an ambiguous failure) returns the same jobs.
+        A plain batch is one ``INSERT``, or ``COPY`` from 500 jobs (docs/enqueue.md).
         """
         if not specs:
             return []
