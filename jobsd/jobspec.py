@@ -44,6 +44,26 @@ class EnqueueOptions(TypedDict, total=False):
     """Job ids that must all succeed first (``blocked`` until then; fails if one fails)."""
 
 
+_TEXT_OPTIONS = ("queue", "dedup_key", "concurrency_key")
+
+
+def _check_storable(field: str, text: str) -> None:
+    """Refuse text that no Postgres text column can hold: NUL, and lone surrogates
+    (which have no UTF-8 form), naming the field (the driver would raise a bare
+    UnicodeEncodeError, the database a DatabaseError)."""
+    if text.isascii():
+        if "\x00" not in text:
+            return
+    elif "\x00" not in text:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+        else:
+            return
+    raise ValueError(f"{field} must not contain NUL or a lone surrogate: Postgres cannot store it")
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job to create, checked and serialized."""
@@ -88,6 +108,8 @@ class JobSpec:
         # 63 characters are at most 252 bytes: only a longer org_id needs encoding
         if not org_id or (len(org_id) > 63 and len(org_id.encode("utf-8", "surrogatepass")) > 255):
             raise ValueError("org_id must be a non-empty string of at most 255 bytes")
+        _check_storable("type", type)
+        _check_storable("org_id", org_id)
         if not options:
             # every option at its default, which passes every check below (a bulk
             # enqueue builds a thousand of these): positional, in field order
@@ -108,6 +130,10 @@ class JobSpec:
                 (),  # depends_on
                 current_trace_context(),
             )
+        for field in _TEXT_OPTIONS:
+            value = options.get(field)
+            if value is not None:
+                _check_storable(field, value)  # type: ignore[arg-type]
         dedup_key = options.get("dedup_key")
         if dedup_key is not None and len(dedup_key) > 512:
             raise ValueError("dedup_key must be at most 512 characters")

@@ -174,6 +174,10 @@ async def test_submit_refuses_what_postgres_would_reject(db_url: str, token_a: s
             b'{"type": "t", "payload": {"x": 1e400}}',
             b'{"type": "t", "payload": {"x": "\\ud800"}}',
             b'{"type": "t\\ud800"}',
+            b'{"type": "t", "dedup_key": "k\\ud800"}',
+            b'{"type": "t", "dedup_key": "k\\u0000"}',
+            b'{"type": "t", "concurrency_key": "\\udfff"}',
+            b'{"type": "t", "queue": "q\\ud800"}',
         ):
             r = await api.client.post(
                 "/jobs",
