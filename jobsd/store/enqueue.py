@@ -368,7 +368,7 @@ async def _copy_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | 
         statuses = [
             "queued" if s.run_after is None or s.run_after <= now else "scheduled" for s in specs
         ]
-        async with conn.cursor().copy(sql_text("jobs_copy")) as copy:
+        async with conn.cursor() as cursor, cursor.copy(sql_text("jobs_copy")) as copy:
             for spec, status in zip(specs, statuses, strict=True):
                 await copy.write_row(
                     (
