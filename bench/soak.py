@@ -280,14 +280,18 @@ def plot(samples: list[dict[str, Any]], path: str, title: str) -> None:
     axes[0].plot(t, [s["jobs_dead"] for s in samples], label="jobs dead tuples")
     axes[0].plot(t, [s["events_dead"] for s in samples], label="job_events dead tuples")
     axes[0].legend(loc="upper left")
-    axes[1].plot(t, [s["rss_mib"] for s in samples], label="daemon RSS (MiB)")
-    axes[1].set_ylim(bottom=0)
-    axes[1].legend(loc="upper left")
+    rss = [s["rss_mib"] for s in samples]
+    axes[1].plot(t, rss, label="daemon RSS (MiB)")
+    # headroom: a flat line at the top of the axes hides behind its frame
+    axes[1].set_ylim(0, max(rss) * 1.3)
+    axes[1].legend(loc="lower right")
     axes[2].plot(t, [s["p50_ms"] for s in samples], label="pickup p50 (ms)")
     axes[2].plot(t, [s["p99_ms"] for s in samples], label="pickup p99 (ms)")
-    axes[2].legend(loc="upper left")
+    axes[2].set_yscale("log")  # the warm-up's first seconds would flatten the rest
+    axes[2].legend(loc="upper right")
     axes[3].plot(t, [s["open"] for s in samples], label="open jobs (queued + running)")
-    axes[3].legend(loc="upper left")
+    axes[3].set_ylim(bottom=0)
+    axes[3].legend(loc="lower right")
     axes[3].set_xlabel("seconds")
     fig.suptitle(title)
     fig.tight_layout()
