@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -111,6 +111,9 @@ _JOB_COLUMNS = (
 )
 
 
+_STATUSES = {str(status): status for status in JobStatus}
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A row of ``jobsd.jobs``."""
@@ -157,6 +160,13 @@ class Job:
             trace_context=row.get("trace_context"),
             claimed_ahead=bool(row.get("claimed_ahead")),
         )
+
+    @classmethod
+    def from_fields(cls, row: Sequence[Any]) -> Job:
+        """Build a job from a tuple row holding its columns in the order of Job's fields
+        (a statement's ``RETURNING`` in that order), extra columns after them ignored:
+        a claim's hundreds of rows, without a dict and keywords per row."""
+        return cls(*row[:4], _STATUSES[row[4]], *row[5:22], bool(row[22]))  # type: ignore[call-arg]
 
     def to_json(self) -> dict[str, Any]:
         """Return the job as a JSON-ready dict (ids and times as strings)."""

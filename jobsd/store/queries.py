@@ -19,7 +19,7 @@ from jobsd.jsonsafe import cap_error, storable_json
 from jobsd.models import Job, JobEvent, JobStatus
 from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
-from jobsd.store.named import Row, run_named_sync
+from jobsd.store.named import Row, run_named_sync, run_named_tuples
 
 # run_named: re-exported for the tests that insert raw rows; code outside jobsd.store
 # calls the typed functions.
@@ -93,6 +93,10 @@ class ClaimRound(list[Job]):
         self.left_for_busy_keys = left_for_busy_keys
 
 
+# jobs_claim_batch returns a Job's 23 columns, then `considered`
+_CLAIM_CONSIDERED = 23
+
+
 async def claim_batch(
     conn: AsyncConn,
     *,
@@ -134,10 +138,10 @@ async def claim_batch(
         "armed": armed,
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
-        rows = await run_named(conn, "jobs_claim_batch", params)
-    jobs = [Job.from_row(r) for r in rows]
+        rows = await run_named_tuples(conn, "jobs_claim_batch", params)
+    jobs = [Job.from_fields(r) for r in rows]
     jobs.sort(key=lambda j: (j.priority, j.created_at, j.id))
-    considered = int(rows[0]["considered"]) if rows else 0
+    considered = int(rows[0][_CLAIM_CONSIDERED]) if rows else 0
     busy = bool(jobs) and len(jobs) < limit and considered > len(jobs)
     return ClaimRound(jobs, left_for_busy_keys=busy)
 

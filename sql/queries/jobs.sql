@@ -209,7 +209,12 @@ SET status = 'running', started_at = now(), attempts = j.attempts + 1,
                          THEN true END
 FROM chosen
 WHERE j.id = chosen.id
-RETURNING j.*, (SELECT count(*) FROM picked) AS considered,
+-- the columns of a Job in its fields' order (store.queries builds it positionally)
+RETURNING j.id, j.org_id, j.type, j.queue, j.status, j.attempts, j.dedup_key, j.payload,
+          j.progress, j.report, j.error, j.reason, j.run_after, j.lease_id, j.worker_id,
+          j.created_at, j.started_at, j.finished_at, j.cancel_requested_at, j.priority,
+          j.concurrency_key, j.trace_context, j.claimed_ahead,
+          (SELECT count(*) FROM picked) AS considered,
           (SELECT count(*) FROM commit_mode) AS relaxed_commit;
 
 -- name: jobs_heartbeat

@@ -5,6 +5,7 @@ being the jobs stored."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,8 +15,9 @@ import pytest
 from dbcheck import count_jobs, history
 from support.jobs import make_job, make_jobs
 
-from jobsd import Client, UnknownQueue
+from jobsd import Client, Job, JobStatus, UnknownQueue
 from jobsd.client import JobSpec
+from jobsd.store import queries
 
 
 def _event_count(conn: psycopg.Connection[Any]) -> int:
@@ -142,3 +144,43 @@ async def test_a_bulk_enqueue_with_a_taken_dedup_key_returns_the_holder(
     assert jobs[1] == holder
     assert [j.id for j in jobs[::2]] == [specs[0].id, specs[2].id]
     assert count_jobs(conn) == 3
+
+
+@pytest.mark.anyio
+async def test_a_claimed_job_is_built_from_its_columns_in_field_order(
+    db_url: str, aconn: psycopg.AsyncConnection[Any]
+) -> None:
+    # the claim returns a Job's columns in the order of its fields (Job.from_fields)
+    async with Client(db_url) as client:
+        enqueued = await client.enqueue(
+            "t", {"a": [1, "é"]}, org_id="acme", priority=-2, concurrency_key=None
+        )
+    rows = await queries.run_named(aconn, "jobs_claim_batch", _claim_params(limit=1))
+    assert list(rows[0])[:23] == [f.name for f in dataclasses.fields(Job)]
+    await aconn.execute(
+        "UPDATE jobsd.jobs SET status = 'queued', lease_id = NULL, worker_id = NULL WHERE id = %s",
+        (enqueued.id,),
+    )
+    claimed = await queries.claim_batch(
+        aconn, limit=5, worker_id="w", queues=None, keep_dedup_types=[], free=5
+    )
+    assert len(claimed) == 1
+    async with Client(db_url) as client:
+        assert claimed[0] == await client.get(enqueued.id)
+    assert claimed[0].status is JobStatus.RUNNING and claimed[0].priority == -2
+
+
+def _claim_params(limit: int) -> dict[str, Any]:
+    return {
+        "limit": limit,
+        "worker_id": "w",
+        "queues": None,
+        "keep_dedup_types": [],
+        "limit_types": [],
+        "limit_values": [],
+        "free": limit,
+        "types": None,
+        "at_most_once_types": [],
+        "relaxed_commit": True,
+        "armed": 0,
+    }
