@@ -93,6 +93,7 @@ class ClaimRound(list[Job]):
         self.left_for_busy_keys = left_for_busy_keys
 
 
+_STATUSES = {str(status): status for status in JobStatus}
 # jobs_claim_batch returns a Job's 23 columns, then `considered`
 _CLAIM_CONSIDERED = 23
 
@@ -266,27 +267,13 @@ async def finish_batch(
     params = {"results": f"[{','.join(parts)}]"}
     with db_errors(f"finish of {len(rows)} jobs"):
         if before_commit is None:
-            result = await run_named(conn, "jobs_finish_batch", params)
+            result = await run_named_tuples(conn, "jobs_finish_batch", params)
         else:
             async with conn.transaction():
-                result = await run_named(conn, "jobs_finish_batch", params)
+                result = await run_named_tuples(conn, "jobs_finish_batch", params)
                 before_commit()
-    return {
-        r["id"]: Finished(
-            id=r["id"],
-            type=r["type"],
-            status=JobStatus(r["status"]),
-            concurrency_key=r["concurrency_key"],
-            dedup_key=r["dedup_key"],
-            lease_id=r["lease_id"],
-            error=r["error"],
-            reason=r["reason"],
-            progress=r["progress"],
-            finished_at=r["finished_at"],
-            run_after=r["run_after"],
-        )
-        for r in result
-    }
+    # RETURNING holds Finished's fields in their order
+    return {r[0]: Finished(r[0], r[1], _STATUSES[r[2]], *r[3:]) for r in result}
 
 
 def _cap(error: str | None) -> str | None:

@@ -261,6 +261,7 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
     claimed_ahead = NULL
 FROM jobsd.outcome_rows(%(results)s::jsonb) AS r
 WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
+-- in the order of store.queries.Finished's fields, which is built positionally
 RETURNING j.id, j.type, j.status, j.concurrency_key, j.dedup_key, j.lease_id, j.error,
           j.reason, j.progress, j.finished_at, j.run_after;
 

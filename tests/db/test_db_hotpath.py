@@ -17,7 +17,7 @@ from support.jobs import make_job, make_jobs
 
 from jobsd import Client, Job, JobStatus, UnknownQueue
 from jobsd.client import JobSpec
-from jobsd.store import queries
+from jobsd.store import named, queries
 
 
 def _event_count(conn: psycopg.Connection[Any]) -> int:
@@ -184,3 +184,41 @@ def _claim_params(limit: int) -> dict[str, Any]:
         "relaxed_commit": True,
         "armed": 0,
     }
+
+
+@pytest.mark.anyio
+async def test_a_written_outcome_is_built_from_its_columns_in_field_order(
+    db_url: str, aconn: psycopg.AsyncConnection[Any]
+) -> None:
+    # the finish returns Finished's fields in their order (built positionally)
+    async with Client(db_url) as client:
+        enqueued = await client.enqueue("t", {}, org_id="acme", dedup_key="d")
+        (claimed,) = await queries.claim_batch(
+            aconn, limit=1, worker_id="w", queues=None, keep_dedup_types=["t"], free=1
+        )
+        assert claimed.lease_id is not None
+        outcome = queries.FinishRow(
+            claimed.id, claimed.lease_id, "failed", '{"r": 1}', "boom", "by test", {"p": 2}
+        )
+        written = await queries.finish_batch(aconn, [outcome])
+        stored = await client.get(enqueued.id)
+    assert list(written) == [enqueued.id]
+    assert written[enqueued.id] == queries.Finished(
+        stored.id,
+        stored.type,
+        JobStatus.FAILED,
+        stored.concurrency_key,
+        stored.dedup_key,
+        stored.lease_id,
+        "boom",
+        "by test",
+        stored.progress,
+        stored.finished_at,
+        stored.run_after,
+    )
+    assert written[enqueued.id].applied_to(claimed, '{"r": 1}') == stored
+    fields = [f.name for f in dataclasses.fields(queries.Finished)]
+    # and the order is the statement's, column for column
+    assert "RETURNING " + ", ".join(f"j.{f}" for f in fields).replace(
+        "j.lease_id, j.error, ", "j.lease_id, j.error,\n          "
+    ) in named.sql_text("jobs_finish_batch")
