@@ -38,7 +38,12 @@ def main() -> None:
     parser.add_argument("setting", choices=("default", "best"))
     parser.add_argument("--record", help="append each handler's start time to this file")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # BENCH_WORKER_LOG_LEVEL=INFO shows what the worker did (a stall, say), timestamped
+    logging.basicConfig(
+        level=os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     lib = adapter(args.lib)
     on_start = _recorder(args.record)
     print("ready", flush=True)

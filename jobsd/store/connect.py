@@ -32,7 +32,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from jobsd.store.db import AsyncPool, DeadlinePool, SyncPool, db_errors
-from jobsd.store.named import run_named
+from jobsd.store.named import run_named, run_named_sync
 from jobsd.store.tls import auth_params, require_secure_connection, unverified_reason
 
 __all__ = [
@@ -176,19 +176,21 @@ def make_async_pool(
     BackendUnavailable.
     """
     options = _pool_options(url, name, min_size, max_size, timeout_s)
-    if statement_timeout_s is None:
-        return AsyncConnectionPool(
-            url, connection_class=psycopg.AsyncConnection[DictRow], **options
-        )
-    timeouts = {
-        "statement_timeout": _ms(statement_timeout_s),
-        "idle_in_transaction_session_timeout": _ms(2 * statement_timeout_s),
-        "client_connection_check_interval": _ms(min(statement_timeout_s, 1.0)),
-    }
+    settings = dict(_SESSION_SETTINGS)
+    if statement_timeout_s is not None:
+        settings |= {
+            "statement_timeout": _ms(statement_timeout_s),
+            "idle_in_transaction_session_timeout": _ms(2 * statement_timeout_s),
+            "client_connection_check_interval": _ms(min(statement_timeout_s, 1.0)),
+        }
 
     async def configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
-        await run_named(conn, "workers_session_deadlines", {"settings": Jsonb(timeouts)})
+        await run_named(conn, "workers_session_deadlines", {"settings": Jsonb(settings)})
 
+    if statement_timeout_s is None:
+        return AsyncConnectionPool(
+            url, connection_class=psycopg.AsyncConnection[DictRow], configure=configure, **options
+        )
     pool = DeadlinePool(
         url, connection_class=psycopg.AsyncConnection[DictRow], configure=configure, **options
     )
@@ -199,6 +201,14 @@ def make_async_pool(
     return pool
 
 
+# Set on every connection of jobsd's pools. No JIT: jobsd's statements are short, and
+# the claim's estimated cost passes the JIT thresholds once `jobs` is analyzed mid-drain
+# (its lateral count of an org's running jobs is costed per candidate, though it runs
+# only under an org limit): each claim then spent 0.75-1 s compiling
+# (docs/decisions.md, "No JIT on jobsd's sessions").
+_SESSION_SETTINGS = {"jit": "off"}
+
+
 def _ms(seconds: float) -> str:
     return str(max(1, round(seconds * 1000)))
 
@@ -207,9 +217,14 @@ def make_sync_pool(
     url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
 ) -> SyncPool:
     """Create (unopened) a sync pool, for threads and scripts; see ``make_async_pool``."""
+
+    def configure(conn: psycopg.Connection[DictRow]) -> None:
+        run_named_sync(conn, "workers_session_deadlines", {"settings": Jsonb(_SESSION_SETTINGS)})
+
     return ConnectionPool(
         url,
         connection_class=psycopg.Connection[DictRow],
+        configure=configure,
         **_pool_options(url, name, min_size, max_size, timeout_s),
     )
 

@@ -43,10 +43,10 @@ ORDER BY worker_id;
 DELETE FROM jobsd.workers WHERE worker_id = ANY(%(worker_ids)s::text[]);
 
 -- name: workers_session_deadlines
--- Set on each connection of a daemon's pool: `settings` maps a parameter to its value
--- in ms (statement_timeout, idle_in_transaction_session_timeout,
--- client_connection_check_interval); one the server does not have (a check interval
--- before PG 14) is skipped.
+-- Set on each connection of jobsd's pools: `settings` maps a parameter to its value
+-- (jit off on every pool; on the daemon's, statement_timeout,
+-- idle_in_transaction_session_timeout and client_connection_check_interval in ms);
+-- one the server does not have (a check interval before PG 14) is skipped.
 SELECT s.name, set_config(s.name, v.value, false) AS value
 FROM jsonb_each_text(%(settings)s::jsonb) AS v(name, value)
 JOIN pg_settings AS s ON s.name = v.name;
