@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from dbcheck import count_jobs, history
+from support.claims import claim_params
 
 from jobsd import Job, JobStatus, SyncClient, UnknownQueue
 from jobsd.client import JobSpec
@@ -33,19 +34,7 @@ def _claim(conn: psycopg.Connection[Any], keep: list[str] | None = None) -> list
     return run_named_sync(
         conn,
         "jobs_claim_batch",
-        {
-            "limit": 10,
-            "worker_id": "w1",
-            "queues": None,
-            "keep_dedup_types": keep or [],
-            "limit_types": [],
-            "limit_values": [],
-            "free": None,
-            "types": None,
-            "at_most_once_types": [],
-            "relaxed_commit": True,
-            "armed": 0,
-        },
+        claim_params(10, "w1", keep_dedup_types=keep or []),
     )
 
 

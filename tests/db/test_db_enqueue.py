@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from dbcheck import count_jobs, history, job_row
+from support.claims import claim_params
 
 from jobsd import Client, JobStatus, SyncClient
 from jobsd.store import queries
@@ -114,19 +115,7 @@ def test_jobs_enqueued_in_one_transaction_are_claimed_in_enqueue_order(
     claimed = queries.run_named_sync(
         conn,
         "jobs_claim_batch",
-        {
-            "limit": 100,
-            "worker_id": "w",
-            "queues": None,
-            "keep_dedup_types": [],
-            "limit_types": [],
-            "limit_values": [],
-            "free": None,
-            "types": None,
-            "at_most_once_types": [],
-            "relaxed_commit": True,
-            "armed": 0,
-        },
+        claim_params(100),
     )
     claimed.sort(key=lambda r: (r["created_at"], r["id"]))
     assert [r["payload"]["i"] for r in claimed] == list(range(40))

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from dbcheck import count_jobs, history
+from support.claims import claim_params
 from support.jobs import make_job, make_jobs
 
 from jobsd import Client, Job, JobStatus, UnknownQueue
@@ -155,7 +156,7 @@ async def test_a_claimed_job_is_built_from_its_columns_in_field_order(
         enqueued = await client.enqueue(
             "t", {"a": [1, "é"]}, org_id="acme", priority=-2, concurrency_key=None
         )
-    rows = await queries.run_named(aconn, "jobs_claim_batch", _claim_params(limit=1))
+    rows = await queries.run_named(aconn, "jobs_claim_batch", claim_params(1, free=1))
     assert list(rows[0])[:23] == [f.name for f in dataclasses.fields(Job)]
     await aconn.execute(
         "UPDATE jobsd.jobs SET status = 'queued', lease_id = NULL, worker_id = NULL WHERE id = %s",
@@ -168,22 +169,6 @@ async def test_a_claimed_job_is_built_from_its_columns_in_field_order(
     async with Client(db_url) as client:
         assert claimed[0] == await client.get(enqueued.id)
     assert claimed[0].status is JobStatus.RUNNING and claimed[0].priority == -2
-
-
-def _claim_params(limit: int) -> dict[str, Any]:
-    return {
-        "limit": limit,
-        "worker_id": "w",
-        "queues": None,
-        "keep_dedup_types": [],
-        "limit_types": [],
-        "limit_values": [],
-        "free": limit,
-        "types": None,
-        "at_most_once_types": [],
-        "relaxed_commit": True,
-        "armed": 0,
-    }
 
 
 @pytest.mark.anyio

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.claims import claim_params
 
 from jobsd import Client
 from jobsd.store import connect
@@ -18,19 +19,7 @@ from jobsd.store.named import sql_text
 
 pytestmark = pytest.mark.anyio
 
-CLAIM = {
-    "limit": 388,
-    "worker_id": "w",
-    "queues": None,
-    "keep_dedup_types": [],
-    "limit_types": [],
-    "limit_values": [],
-    "free": 100,
-    "types": ["noop"],
-    "at_most_once_types": [],
-    "relaxed_commit": True,
-    "armed": 100,
-}
+CLAIM = claim_params(388, types=["noop"], free=100, armed=100)
 
 
 def _mid_drain(conn: psycopg.Connection[Any]) -> None:

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from psycopg.rows import dict_row
+from support.claims import claim_params
 from support.history import history_problems
 
 from jobsd.models import TERMINAL_STATES, JobStatus
@@ -78,19 +79,7 @@ class JobsMachine(RuleBasedStateMachine):
             return
         rows = self._run(
             "jobs_claim_batch",
-            {
-                "limit": 1,
-                "worker_id": worker,
-                "queues": None,
-                "keep_dedup_types": [],
-                "limit_types": [],
-                "limit_values": [],
-                "free": None,
-                "types": None,
-                "at_most_once_types": [],
-                "relaxed_commit": True,
-                "armed": 0,
-            },
+            claim_params(1, worker),
         )
         mine = [r for r in rows if r["org_id"] == self.org]
         assert len(mine) == len(rows), "a job of an earlier example"

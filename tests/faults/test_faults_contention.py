@@ -16,6 +16,7 @@ import httpx
 import psycopg
 import pytest
 from harness import Producer, Scenario, sized
+from support.claims import claim_params
 
 from jobsd.dev.embedded import find_bindir
 from jobsd.store.migrate import migrate_sync
@@ -174,18 +175,7 @@ def _claim_race(url: str, query: str, claimers: int, batch: int) -> tuple[Counte
     """Claim with ``claimers`` threads until nothing is left; count claims per job."""
     claims: Counter[Any] = Counter()
     lock = threading.Lock()
-    params = {
-        "limit": batch,
-        "queues": None,
-        "keep_dedup_types": [],
-        "limit_types": [],
-        "limit_values": [],
-        "free": None,
-        "types": None,
-        "at_most_once_types": [],
-        "relaxed_commit": True,
-        "armed": 0,
-    }
+    params = claim_params(batch)
 
     def claimer(n: int) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
