@@ -51,17 +51,17 @@ def _check_storable(field: str, text: str) -> None:
     """Refuse text that no Postgres text column can hold: NUL, and lone surrogates
     (which have no UTF-8 form), naming the field (the driver would raise a bare
     UnicodeEncodeError, the database a DatabaseError)."""
-    if text.isascii():
-        if "\x00" not in text:
-            return
-    elif "\x00" not in text:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            pass
-        else:
-            return
+    if "\x00" not in text and (text.isascii() or _has_utf8_form(text)):
+        return
     raise ValueError(f"{field} must not contain NUL or a lone surrogate: Postgres cannot store it")
+
+
+def _has_utf8_form(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.jobspec import JobSpec
-from jobsd.models import Job, JobStatus
+from jobsd.models import STATUS_BY_VALUE, Job
 from jobsd.store import wire
 from jobsd.store.api import run_for_org
 from jobsd.store.db import (
@@ -315,7 +315,7 @@ def enqueue_on_pool_sync(pool: SyncPool, spec: JobSpec) -> Job:
 
 
 async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
-    """Create many jobs in one statement; return them in order (existing ones on hits).
+    """Create many jobs at once; return them in order (existing ones on hits).
 
     All or nothing. A batch that cannot hit an existing job (no dedup key, no id given,
     no dependency) goes in at once: ``BULK_COPY_MIN_JOBS`` jobs or more through
@@ -360,16 +360,14 @@ async def _copy_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | 
     FROM does not run then): the caller inserts instead.
     """
     async with conn.transaction():
-        start = (await run_named_tuples(conn, "jobs_copy_start", {}))[0]
-        now, row_security = start
+        ((now, row_security),) = await run_named_tuples(conn, "jobs_copy_start", {})
         if row_security:
             _COPY_REFUSED.add(conn)
             return None
-        statuses = [
-            "queued" if s.run_after is None or s.run_after <= now else "scheduled" for s in specs
-        ]
+        run_afters = [now if s.run_after is None else s.run_after for s in specs]
+        statuses = ["scheduled" if at > now else "queued" for at in run_afters]
         async with conn.cursor() as cursor, cursor.copy(sql_text("jobs_copy")) as copy:
-            for spec, status in zip(specs, statuses, strict=True):
+            for spec, status, run_after in zip(specs, statuses, run_afters, strict=True):
                 await copy.write_row(
                     (
                         spec.id,
@@ -378,7 +376,7 @@ async def _copy_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | 
                         spec.queue,
                         status,
                         spec.payload_json,
-                        now if spec.run_after is None else spec.run_after,
+                        run_after,
                         spec.priority,
                         spec.concurrency_key,
                         spec.trace_context,
@@ -386,8 +384,8 @@ async def _copy_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | 
                 )
     payloads = _decode_payloads(specs)
     return [
-        new_job(spec, (spec.id, status, now if spec.run_after is None else spec.run_after, now), p)
-        for spec, status, p in zip(specs, statuses, payloads, strict=True)
+        new_job(spec, (spec.id, status, at, now), payload)
+        for spec, status, at, payload in zip(specs, statuses, run_afters, payloads, strict=True)
     ]
 
 
@@ -426,9 +424,6 @@ def _decode_payloads(specs: Sequence[JobSpec]) -> list[dict[str, Any]]:
     return decoded
 
 
-_STATUSES = {str(status): status for status in JobStatus}
-
-
 def new_job(spec: JobSpec, row: Row | Sequence[Any], payload: dict[str, Any] | None = None) -> Job:
     """Return the job just inserted for ``spec``, from what the insert returned.
 
@@ -447,7 +442,7 @@ def new_job(spec: JobSpec, row: Row | Sequence[Any], payload: dict[str, Any] | N
         spec.org_id,
         spec.type,
         spec.queue,
-        _STATUSES[status],
+        STATUS_BY_VALUE[status],
         0,  # attempts
         spec.dedup_key,
         json.loads(spec.payload_json) if payload is None else payload,

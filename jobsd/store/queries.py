@@ -16,7 +16,7 @@ from typing import Any
 
 from jobsd.errors import AlreadyClaimed, DatabaseError, JobNotFound
 from jobsd.jsonsafe import cap_error, storable_json
-from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.models import STATUS_BY_VALUE, Job, JobEvent, JobStatus
 from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 from jobsd.store.named import Row, run_named_sync, run_named_tuples
@@ -93,7 +93,6 @@ class ClaimRound(list[Job]):
         self.left_for_busy_keys = left_for_busy_keys
 
 
-_STATUSES = {str(status): status for status in JobStatus}
 # jobs_claim_batch returns a Job's 23 columns, then `considered`
 _CLAIM_CONSIDERED = 23
 
@@ -273,7 +272,7 @@ async def finish_batch(
                 result = await run_named_tuples(conn, "jobs_finish_batch", params)
                 before_commit()
     # RETURNING holds Finished's fields in their order
-    return {r[0]: Finished(r[0], r[1], _STATUSES[r[2]], *r[3:]) for r in result}
+    return {r[0]: Finished(r[0], r[1], STATUS_BY_VALUE[r[2]], *r[3:]) for r in result}
 
 
 def _cap(error: str | None) -> str | None:
