@@ -147,9 +147,10 @@ class Job:
     """jobs sharing a key run at most the key's limit at once (migration 0008)"""
     trace_context: dict[str, str] | None = None
     """the W3C trace context of the enqueue, with OpenTelemetry (migration 0014)"""
-    claimed_ahead: bool = False
-    """claimed ahead of its daemon's free slots and not armed: it must not start until
-    the daemon arms it (migration 0021; the daemon's business, not in ``to_json``)"""
+    reserved_until: datetime | None = None
+    """set while the job is queued and reserved by a daemon (``worker_id``, under
+    ``lease_id``) ahead of its free slots: no other claim takes it until then (a job
+    cancelled while reserved keeps it: ``reservation`` reads it only while queued)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -161,7 +162,7 @@ class Job:
             priority=row.get("priority", 0),
             concurrency_key=row.get("concurrency_key"),
             trace_context=row.get("trace_context"),
-            claimed_ahead=bool(row.get("claimed_ahead")),
+            reserved_until=row.get("reserved_until"),
         )
 
     @classmethod
@@ -169,7 +170,12 @@ class Job:
         """Build a job from a tuple row holding its columns in the order of Job's fields
         (a statement's ``RETURNING`` in that order), extra columns after them ignored:
         a claim's hundreds of rows, without a dict and keywords per row."""
-        return cls(*row[:4], STATUS_BY_VALUE[row[4]], *row[5:22], bool(row[22]))  # type: ignore[call-arg]
+        return cls(*row[:4], STATUS_BY_VALUE[row[4]], *row[5:23])  # type: ignore[call-arg]
+
+    @property
+    def reservation(self) -> datetime | None:
+        """Return when the job's reservation ends while it is queued and reserved."""
+        return self.reserved_until if self.status is JobStatus.QUEUED else None
 
     def to_json(self) -> dict[str, Any]:
         """Return the job as a JSON-ready dict (ids and times as strings)."""
@@ -193,6 +199,7 @@ class Job:
             "created_at": _iso(self.created_at),
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
+            "reserved_until": _iso(self.reservation),
         }
 
 

@@ -48,6 +48,11 @@ def _print_job(job: Job, events: list[JobEvent]) -> None:
         ("org", job.org_id),
         ("queue", job.queue),
         ("status", str(job.status) + (f" ({job.reason})" if job.reason else "")),
+        *(
+            [("reserved", f"by {job.worker_id} until {_when(job.reservation)}")]
+            if job.reservation is not None
+            else []
+        ),
         ("attempts", str(job.attempts)),
         ("created", _when(job.created_at)),
         ("started", _when(job.started_at)),

@@ -104,8 +104,8 @@ jobs = Table(
     Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
     # the W3C trace context of the enqueue (migration 0014; null without OpenTelemetry)
     Column("trace_context", JSONB),
-    # claimed ahead of its daemon's free slots and not armed: not started (migration 0021)
-    Column("claimed_ahead", Boolean),
+    # queued and reserved by a daemon ahead of its free slots until then (migration 0022)
+    Column("reserved_until", _TIMESTAMPTZ),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint(
         "concurrency_key <> '' AND octet_length(concurrency_key) <= 255",

@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
+    model_validator,
 )
 
 from jobsd.jobspec import EnqueueOptions
@@ -170,6 +171,19 @@ class JobSummary(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    reserved_until: datetime | None = Field(
+        default=None,
+        description="Set while the job is queued and reserved by a daemon ahead of its "
+        "free slots: that daemon starts it when a slot frees; after this time any "
+        "daemon may claim it. A reservation charges no attempt.",
+    )
+
+    @model_validator(mode="after")
+    def _reserved_only_while_queued(self) -> JobSummary:
+        # a job cancelled while reserved keeps the column; it is no reservation then
+        if self.status is not JobStatus.QUEUED:
+            self.reserved_until = None
+        return self
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> JobSummary:

@@ -33,7 +33,7 @@ __all__ = [
     "Finished",
     "HeartbeatRow",
     "PromoteResult",
-    "arm_claimed_ahead",
+    "Started",
     "cancel_job",
     "claim_batch",
     "claim_job",
@@ -45,8 +45,11 @@ __all__ = [
     "get_job_sync",
     "heartbeat_v2",
     "note_discarded",
+    "owned_unheld",
     "promote_due",
+    "release_reserved",
     "resolve_job",
+    "start_reserved",
     "sweep_dead_workers",
     "sweep_stale",
 ]
@@ -109,19 +112,19 @@ async def claim_batch(
     types: Sequence[str] | None = None,
     at_most_once_types: Sequence[str] = (),
     durable: bool = False,
-    armed: int = 0,
+    reserve_s: float = 2.0,
 ) -> ClaimRound:
     """Claim up to ``limit`` queued jobs in claim order, in one statement.
 
     ``key_limits`` maps job types to their per-key concurrency limit (types not in
     it use their queue's limit, else 1). ``free`` (None: ``limit``) is how many of them
-    start at once; the others are claimed ahead and are only jobs without a dedup or
-    concurrency key, and not of ``at_most_once_types``. ``types``: claim only jobs of
-    these types (the daemon's handlers); None claims every type. Unless ``durable``,
-    or one of the jobs is of an at-most-once type or has a concurrency key, the claim
-    commits without waiting for the disk (docs/decisions.md). Of the jobs claimed
-    ahead, the first ``armed`` may start as soon as a slot frees; the others are marked
-    ``claimed_ahead`` until armed (``arm_claimed_ahead``).
+    start at once (``running``); the others are reserved for ``reserve_s`` (still
+    ``queued``, nothing charged: ``start_reserved`` starts them) and are only jobs
+    without a dedup or concurrency key, not of ``at_most_once_types`` and not in a
+    queue with an org running limit. ``types``: claim only jobs of these types (the
+    daemon's handlers); None claims every type. Unless ``durable``, or one of the jobs
+    is of an at-most-once type or has a concurrency key, the claim commits without
+    waiting for the disk (docs/decisions.md).
     """
     limits = dict(key_limits or {})
     params = {
@@ -135,7 +138,7 @@ async def claim_batch(
         "types": list(types) if types is not None else None,
         "at_most_once_types": list(at_most_once_types),
         "relaxed_commit": not durable,
-        "armed": armed,
+        "reserve_s": reserve_s,
     }
     with db_errors(f"claim failed for worker {worker_id!r}"):
         rows = await run_named_tuples(conn, "jobs_claim_batch", params)
@@ -171,17 +174,60 @@ async def heartbeat_v2(conn: AsyncConn, rows: Sequence[HeartbeatRow]) -> dict[uu
     return {r["id"]: bool(r["cancel_requested"]) for r in result}
 
 
-async def arm_claimed_ahead(
-    conn: AsyncConn, runs: Sequence[tuple[uuid.UUID, uuid.UUID]]
-) -> set[uuid.UUID]:
-    """Clear the claimed-ahead mark of these jobs (id, lease id): their runs may start.
-    Return the ids whose lease still holds (the others must not start)."""
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A reserved job's start, as written: its attempt (this run's) and start time."""
+
+    attempts: int
+    started_at: datetime
+
+
+async def start_reserved(
+    conn: AsyncConn,
+    runs: Sequence[tuple[uuid.UUID, uuid.UUID, uuid.UUID]],
+    *,
+    durable: bool = False,
+    confirm: bool = False,
+) -> dict[uuid.UUID, Started]:
+    """Start reserved jobs: (id, reservation's lease id, the run's new lease id) each.
+    Return the ids started, with their attempt; a job whose reservation is gone is not
+    started. ``confirm`` also returns the ones an earlier try with the same leases
+    started (its answer lost)."""
     if not runs:
+        return {}
+    params = {
+        "ids": [r[0] for r in runs],
+        "lease_ids": [r[1] for r in runs],
+        "new_lease_ids": [r[2] for r in runs],
+        "relaxed": not durable,
+        "confirm": confirm,
+    }
+    with db_errors(f"start of {len(runs)} reserved jobs"):
+        rows = await run_named_tuples(conn, "jobs_start_reserved", params)
+    return {r[0]: Started(r[1], r[2]) for r in rows}
+
+
+async def release_reserved(
+    conn: AsyncConn, reservations: Sequence[tuple[uuid.UUID, uuid.UUID]]
+) -> set[uuid.UUID]:
+    """Give back reservations (id, lease id) without starting them; return the ids
+    released (the others were no longer this reservation's)."""
+    if not reservations:
         return set()
-    params = {"ids": [r[0] for r in runs], "lease_ids": [r[1] for r in runs]}
-    with db_errors(f"arming of {len(runs)} jobs claimed ahead"):
-        rows = await run_named(conn, "jobs_arm_claimed_ahead", params)
-    return {r["id"] for r in rows}
+    params = {"ids": [r[0] for r in reservations], "lease_ids": [r[1] for r in reservations]}
+    with db_errors(f"release of {len(reservations)} reserved jobs"):
+        rows = await run_named_tuples(conn, "jobs_release_reserved", params)
+    return {r[0] for r in rows}
+
+
+async def owned_unheld(conn: AsyncConn, worker_id: str, held: Sequence[uuid.UUID]) -> list[Job]:
+    """Return the running jobs of ``worker_id`` whose lease is not in ``held``: the
+    jobs of a claim whose answer was lost."""
+    with db_errors(f"read of the running jobs of worker {worker_id!r}"):
+        rows = await run_named_tuples(
+            conn, "jobs_owned_unheld", {"worker_id": worker_id, "held": list(held)}
+        )
+    return [Job.from_fields(r) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +290,26 @@ async def finish_batch(
     """
     if not rows:
         return {}
+    params = {"results": _results_json(rows)}
+    with db_errors(f"finish of {len(rows)} jobs"):
+        result = await _run_before_commit(conn, "jobs_finish_batch", params, before_commit)
+    # RETURNING holds Finished's fields in their order
+    return {r[0]: Finished(r[0], r[1], STATUS_BY_VALUE[r[2]], *r[3:]) for r in result}
+
+
+async def _run_before_commit(
+    conn: AsyncConn, name: str, params: dict[str, Any], before_commit: Callable[[], object] | None
+) -> list[tuple[Any, ...]]:
+    if before_commit is None:
+        return await run_named_tuples(conn, name, params)
+    async with conn.transaction():
+        result = await run_named_tuples(conn, name, params)
+        before_commit()
+    return result
+
+
+def _results_json(rows: Sequence[FinishRow]) -> str:
+    """Return the outcomes as the JSON array jobsd.outcome_rows reads."""
     # Reports were serialized (and checked) once by the executor; splice them in as
     # raw JSON so they are not parsed and dumped again on the hot path.
     parts = []
@@ -263,16 +329,7 @@ async def finish_batch(
             }
         )
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
-    params = {"results": f"[{','.join(parts)}]"}
-    with db_errors(f"finish of {len(rows)} jobs"):
-        if before_commit is None:
-            result = await run_named_tuples(conn, "jobs_finish_batch", params)
-        else:
-            async with conn.transaction():
-                result = await run_named_tuples(conn, "jobs_finish_batch", params)
-                before_commit()
-    # RETURNING holds Finished's fields in their order
-    return {r[0]: Finished(r[0], r[1], STATUS_BY_VALUE[r[2]], *r[3:]) for r in result}
+    return f"[{','.join(parts)}]"
 
 
 def _cap(error: str | None) -> str | None:

@@ -21,7 +21,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 
-from jobsd.models import Job
+from jobsd.models import Job, JobStatus
 from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire
@@ -51,6 +51,11 @@ class ClaimerSettings:
     the daemon's default); False claims every type"""
     durable_claims: bool = False
     """``JOBSD_DURABLE_CLAIMS``: every claim waits for the disk at commit"""
+    reserve_s: float = 2.0
+    """how long a job reserved ahead of the free slots stays reserved in the database"""
+    reconcile_s: float = 10.0
+    """after a claim that failed (its answer may be lost), how long each pass first
+    looks for running jobs of this worker that it does not hold"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,11 @@ class Claimer:
     _more: bool = field(default=True, init=False)
     _for_a_slot: bool = field(default=False, init=False)
     """the last round claimed ahead only (no free slot) and took fewer than it could"""
+    _reconcile_until: float = field(default=-float("inf"), init=False)
+    """clock.monotonic() until which passes look for the jobs of a lost claim answer"""
+    _lost_booking: int = field(default=0, init=False)
+    """the slots a failed claim booked: kept for the jobs it may have started, until the
+    first look for them"""
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Claim until cancelled; the first pass runs at once."""
@@ -138,36 +148,54 @@ class Claimer:
         Again at once: every slot was filled (more work is likely waiting), or jobs were
         left behind a concurrency key this round just started (the next round skips it).
         """
+        if self.clock.monotonic() < self._reconcile_until:
+            await self.adopt_lost()
         want = self.holdings.claimable
         if want <= 0:
             return 0, True
-        free = max(self.holdings.free, 0)
         # A stop that arrived earlier in this pass takes effect here, before the shield:
         # psycopg may turn the cancellation of a query it was running (the promotion)
         # into an error instead of passing it on, and a cancelled scope is noticed again
         # only at the next checkpoint. Without this, a pass could claim after the stop.
         await anyio.lowlevel.checkpoint()
+        # the free slots no reserved job waits for are this claim's while it is in
+        # flight (the starter must not fill them meanwhile): the jobs it starts take
+        # them, the rest are given back
+        booked = self.holdings.book(max(self.holdings.free - self.holdings.waiting, 0))
+        used = 0
         # Shielded: a stop arriving while the claim is in flight must not lose jobs it
         # committed as ours; they are started, then the stop takes effect. The back-off
         # of a retry (outside this pass) stays cancellable.
-        with anyio.CancelScope(shield=True):
-            async with acquire(self.pool, "claim") as conn:
-                jobs = await queries.claim_batch(
-                    conn,
-                    limit=want,
-                    worker_id=self.cfg.worker_id,
-                    queues=self.cfg.queues or None,
-                    keep_dedup_types=self.registry.keep_dedup_types(),
-                    key_limits=self.registry.concurrency_limits(),
-                    free=free,
-                    types=self.registry.types() if self.cfg.known_types_only else None,
-                    at_most_once_types=self.registry.at_most_once_types(),
-                    durable=self.cfg.durable_claims,
-                    armed=self.holdings.arm_room,
-                )
-            for job in jobs:
-                self.stats.claimed[self.stats.label(job.type)] += 1
-                self.start_job(job)
+        try:
+            with anyio.CancelScope(shield=True):
+                async with acquire(self.pool, "claim") as conn:
+                    jobs = await queries.claim_batch(
+                        conn,
+                        limit=want,
+                        worker_id=self.cfg.worker_id,
+                        queues=self.cfg.queues or None,
+                        keep_dedup_types=self.registry.keep_dedup_types(),
+                        key_limits=self.registry.concurrency_limits(),
+                        free=booked,
+                        types=self.registry.types() if self.cfg.known_types_only else None,
+                        at_most_once_types=self.registry.at_most_once_types(),
+                        durable=self.cfg.durable_claims,
+                        reserve_s=self.cfg.reserve_s,
+                    )
+                for job in jobs:
+                    self.stats.claimed[self.stats.label(job.type)] += 1
+                    used += job.status is JobStatus.RUNNING
+                    self.start_job(job)
+        except BaseException:
+            # the claim may have committed with its answer lost: its jobs would be
+            # running under this worker with no handler; look for them for a while, and
+            # keep their slots until the first look
+            self._reconcile_until = self.clock.monotonic() + self.cfg.reconcile_s
+            self._lost_booking += booked - used
+            raise
+        else:
+            self.holdings.unbook(booked - used)
+        free = booked
         self._for_a_slot = free == 0 and len(jobs) < want
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})
@@ -176,6 +204,24 @@ class Claimer:
             # (a promotion) would take the CPU from them, a third of an idle pickup.
             await anyio.lowlevel.checkpoint()
         return len(jobs), len(jobs) == want or jobs.left_for_busy_keys
+
+    async def adopt_lost(self) -> int:
+        """Start the handlers of running jobs of this worker that it does not hold: the
+        jobs of a claim that committed while its answer was lost. Return how many."""
+        async with acquire(self.pool, "claim check") as conn:
+            lost = await queries.owned_unheld(conn, self.cfg.worker_id, self.holdings.leases())
+        adopted = 0
+        for job in lost:
+            if job.lease_id is None or self.holdings.get(job.lease_id) is not None:
+                continue
+            log.warning("claimer.adopted", extra={"job_id": str(job.id), "attempt": job.attempts})
+            if adopted >= self._lost_booking:
+                self.holdings.book(1)
+            adopted += 1
+            self.start_job(job)
+        self.holdings.unbook(self._lost_booking - adopted)
+        self._lost_booking = 0
+        return adopted
 
     async def promote(self) -> int:
         """Move due scheduled jobs to queued and remember when the next one is due."""

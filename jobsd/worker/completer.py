@@ -45,6 +45,8 @@ class CompleterSettings:
 
     worker_id: str
     batch_size: int = 500
+    linger_s: float = 0.002
+    """how long a first outcome waits for those of the handlers still running"""
     fault: str | None = None
     """``JOBSD_FAULT``: ``after_outcome_sent`` exits before the outcome's commit"""
 
@@ -108,9 +110,16 @@ class Completer:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write outcomes as they come, until cancelled; retry while the database is away."""
-        await run_loop(
-            "finish", self.run_once, self._inbox.wait, self.clock, task_status=task_status
-        )
+        await run_loop("finish", self.run_once, self._wait, self.clock, task_status=task_status)
+
+    async def _wait(self) -> None:
+        """Wait for an outcome; while handlers run or reserved jobs wait, linger a moment
+        for the next ones (up to four turnovers of the slots), so that one write carries
+        many (an idle daemon's outcome goes out at once)."""
+        await self._inbox.wait()
+        busy = self.holdings.running or self.holdings.waiting
+        if busy and len(self._inbox) < 4 * self.holdings.slots:
+            await anyio.sleep(self.cfg.linger_s)
 
     async def drain(self, timeout_s: float) -> None:
         """Write everything pending, giving up after ``timeout_s`` (at shutdown)."""

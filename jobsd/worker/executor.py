@@ -28,7 +28,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from jobsd.context import JobContext
-from jobsd.models import Job
+from jobsd.models import Job, JobStatus
 from jobsd.registry import Registry
 from jobsd.tracing import job_span
 from jobsd.worker.children import ChildPool, ChildSettings
@@ -109,6 +109,9 @@ class JobRunner:
     holdings: Holdings
     stats: DaemonStats
     submit: Callable[[Held, Outcome], None]
+    give_back: Callable[[list[Held]], None] | None = None
+    """release reservations not started (the starter's ``release``; None: they end on
+    their own, at their ``reserved_until``)"""
     children: ChildPool = field(init=False)
     _runs: dict[asyncio.Task[Outcome], Held] = field(default_factory=dict, init=False)
     """each run's task and what it runs (its ``scope`` is the run's one cancel scope)"""
@@ -133,25 +136,26 @@ class JobRunner:
     def start(self, job: Job) -> None:
         """Hold a claimed job and run it in a task of its own; ``run`` must be running.
 
-        Without a free slot (a job claimed ahead) it waits, held, until a run ends.
+        A job the claim started takes a slot the claimer booked. A job it reserved ahead
+        of the free slots (still queued) waits, held, until the starter starts it when a
+        slot frees (``start_reserved``).
         """
         assert self._hosting, "JobRunner.start before run"
-        # a job the database holds as claimed ahead waits, even for a free slot, until
-        # armed: it must not start while a crash would judge it not started
-        if self.holdings.free <= 0 or job.claimed_ahead:
-            self.holdings.add_waiting(job, make_context(job, self.cfg.max_progress_bytes))
+        ctx = make_context(job, self.cfg.max_progress_bytes)
+        if job.status is JobStatus.QUEUED:
+            self.holdings.add_waiting(job, ctx)
             if self._closing.is_set():  # claimed while stopping: give it back at once
                 self._give_back_waiting()
             return
-        self._spawn(self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes)))
+        self._spawn(self.holdings.add(job, ctx, booked=True))
 
-    def start_waiting(self) -> None:
-        """Start jobs claimed ahead while slots are free and they are armed (never once
-        closing)."""
-        if not self._hosting or self._closing.is_set():
-            return
-        while (held := self.holdings.next_waiting()) is not None:
+    def start_reserved(self, held: Held) -> None:
+        """Run a reserved job the database has just started (the starter's call)."""
+        if self._hosting:
             self._spawn(held)
+        else:  # the runner is gone (a stop past its grace): write it back unrun
+            self.holdings.release_slot(held)
+            self.submit(held, self._interrupted(held.job))
 
     def _spawn(self, held: Held) -> None:
         # the run's scope (held.scope) exists before its task starts: a cancel in between
@@ -171,17 +175,16 @@ class JobRunner:
             self._closing.set()  # ``run`` ends and raises it, as a task group would
 
     def _give_back_waiting(self) -> int:
-        """Hand the jobs claimed ahead and never started to the completer: back to
-        ``queued`` (reason ``not started``), whatever their delivery: no handler ran.
-        Return how many."""
+        """Give back the reservations of the jobs waiting for a slot: they stay queued,
+        claimable by any daemon; nothing was charged. Return how many."""
         taken = self.holdings.take_waiting()
-        for held in taken:
-            self.submit(held, Outcome(status="queued", reason="not started"))
+        if taken and self.give_back is not None:
+            self.give_back(taken)
         return len(taken)
 
     async def _give_back_stale_waiting(self) -> None:
-        """Give back the jobs claimed ahead while every slot stays held by a run that
-        lasts (``Holdings.stale_in``): another daemon may have a free slot for them."""
+        """Give back the reserved jobs while every slot stays held by a run that lasts
+        (``Holdings.stale_in``): another daemon may have a free slot for them."""
         while True:
             stale_in = self.holdings.stale_in()
             if stale_in is None:
@@ -267,7 +270,7 @@ class JobRunner:
         job = held.job
         outcome: Outcome | None = None
         try:
-            # a job claimed ahead may have lost its lease or been cancelled while waiting
+            # a run may have lost its lease, or had a cancel request, before its task began
             if not (held.lost or held.cancel_requested):
                 with held.scope, job_span(job) as span:
                     outcome = await run_handler(
@@ -290,7 +293,6 @@ class JobRunner:
         if self.cfg.fault == "after_publish":
             crash_at("after_publish", [str(job.id)])
         took_s = self.holdings.release_slot(held)
-        self.start_waiting()
         self.stats.run_s.observe(self.stats.label(job.type), took_s)
         if outcome is None and held.cancel_requested and not held.lost:
             outcome = self._cancelled(job)

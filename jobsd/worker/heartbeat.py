@@ -76,7 +76,7 @@ class Heartbeat:
         beat = force or now - self._last_beat >= self.cfg.beat_s
         rows, taken, sent = [], [], []
         for held in self.holdings:
-            if held.lost:
+            if held.lost or held.reserved:  # a reserved job is queued: nothing runs
                 continue
             fields = held.ctx.take_pending()
             if fields is not None:

@@ -1,20 +1,21 @@
-"""The jobs this daemon holds: running, or finished with the outcome not yet written."""
+"""The jobs this daemon holds: reserved ahead of its slots, running, or finished with the
+outcome not yet written."""
 
 from __future__ import annotations
 
 import uuid
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from itertools import islice
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 import anyio
 
 from jobsd.context import JobContext
-from jobsd.models import Job
+from jobsd.models import Job, JobStatus
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["AHEAD_EXPECTED_WAIT_SHARE", "AHEAD_MAX_WAIT_S", "ARM_AHEAD_S", "Held", "Holdings"]
+__all__ = ["AHEAD_EXPECTED_WAIT_SHARE", "AHEAD_MAX_WAIT_S", "Held", "Holdings"]
 
 AHEAD_MAX_WAIT_S = 1.0
 """the default of ``JOBSD_CLAIM_AHEAD_MAX_WAIT`` (Settings.claim_ahead_max_wait): how
@@ -24,10 +25,6 @@ short runs must be for claiming ahead to go on)"""
 AHEAD_EXPECTED_WAIT_SHARE = 0.1
 """the jobs claimed ahead are as many as the slots start, at the mean run time, within
 this share of ``ahead_max_wait_s`` (at most ``ahead``)"""
-
-ARM_AHEAD_S = 0.01
-"""jobs claimed ahead are armed (may start as soon as a slot frees; a kill charges them a
-run) a round of the slots at a time, or as many as the slots start within this time"""
 
 # weight of the newest run in the running mean of run times
 _RUN_S_WEIGHT = 0.2
@@ -51,9 +48,11 @@ class Held:
     """this daemon claimed the job again under a new lease: this run can no longer report"""
     started_monotonic: float = 0.0
     """when the run started, on the daemon's clock"""
-    armed: bool = True
-    """may start: False while the database holds the job as claimed ahead (not started,
-    so not charged a run if the daemon dies), until ``Holdings.arm``"""
+    reserved: bool = False
+    """queued in the database under this daemon's reservation: its handler has not
+    started (``Holdings.started`` ends it, under ``start_lease_id``)"""
+    start_lease_id: uuid.UUID | None = None
+    """the lease its start writes, while that start is in flight"""
 
 
 class Holdings:
@@ -94,10 +93,7 @@ class Holdings:
         """running mean of this daemon's run times (None: no run has ended yet)"""
         self._on_waiting: anyio.Event | None = None
         self._waiting: deque[Held] = deque()
-        """jobs claimed ahead that may start when a slot frees (armed), oldest first"""
-        self._marked: deque[Held] = deque()
-        """jobs claimed ahead the database holds as not started, until armed (``arm``)"""
-        self._on_arm_due: anyio.Event | None = None
+        """jobs reserved ahead of the slots, oldest first: each starts when a slot frees"""
         self._held: dict[uuid.UUID, Held] = {}  # by lease id
         self._runs: dict[uuid.UUID, list[Held]] = {}  # by job id: a claim finds earlier runs
         self._running = 0
@@ -139,26 +135,37 @@ class Holdings:
         """Return the seconds until the jobs claimed ahead are stale (0: they are): no
         slot freed for ``ahead_max_wait_s``, and the oldest waited that long; None when
         none waits."""
-        oldest = min(
-            (q[0].started_monotonic for q in (self._waiting, self._marked) if q), default=None
-        )
-        if oldest is None:
+        if not self._waiting:
             return None
+        oldest = self._waiting[0].started_monotonic
         since = max(self._last_freed, oldest)
         return max(since + self.ahead_max_wait_s - self.clock.monotonic(), 0.0)
 
     @property
     def waiting(self) -> int:
-        """Return the number of jobs claimed ahead and not started yet."""
-        return len(self._waiting) + len(self._marked)
+        """Return the number of jobs reserved ahead of the slots and not started yet."""
+        return len(self._waiting)
 
     @property
     def running(self) -> int:
         """Return the number of handlers running."""
         return self._running
 
-    def add(self, job: Job, ctx: JobContext) -> Held:
-        """Hold a freshly claimed job and take a slot.
+    def book(self, slots: int) -> int:
+        """Take ``slots`` slots for jobs about to be added with ``booked`` (a claim's
+        free slots, while it is in flight); return it. ``unbook`` returns the unused."""
+        self._running += slots
+        return slots
+
+    def unbook(self, slots: int) -> None:
+        """Return booked slots that no job took."""
+        if slots > 0:
+            self._running -= slots
+            self._signal()
+
+    def add(self, job: Job, ctx: JobContext, *, booked: bool = False) -> Held:
+        """Hold a job that is running in the database and take a slot (``booked``: one
+        taken by ``book``).
 
         An earlier run of the same job still held here has lost its lease by definition
         (the claim issued a new one): it is marked lost and its handler is cancelled.
@@ -173,97 +180,93 @@ class Holdings:
         )
         self._held[held.lease_id] = held
         runs.append(held)
-        self._running += 1
+        if not booked:
+            self._running += 1
         return held
 
     def add_waiting(self, job: Job, ctx: JobContext) -> Held:
-        """Hold a job claimed ahead of the free slots; ``next_waiting`` starts it later
-        (once armed, if the database holds it as claimed ahead)."""
-        held = self.add(job, ctx)
-        self._running -= 1
-        if job.claimed_ahead:
-            held.armed = False
-            self._marked.append(held)
-            self._arm_check()
-        else:
-            self._waiting.append(held)
+        """Hold a job reserved ahead of the free slots (queued in the database);
+        ``take_startable`` hands it to the starter when a slot frees."""
+        held = self.add(job, ctx, booked=True)
+        held.reserved = True
+        self._waiting.append(held)
         if self._on_waiting is not None:
             self._on_waiting.set()
             self._on_waiting = None
+        self._signal()
         return held
 
-    def next_waiting(self) -> Held | None:
-        """Take a slot for the oldest armed job claimed ahead, or return None (no free
-        slot, or none armed)."""
-        if self.free <= 0 or not self._waiting:
-            return None
-        held = self._waiting.popleft()
-        held.started_monotonic = self.clock.monotonic()
-        self._running += 1
-        if self._marked:
-            self._arm_check()
-        return held
+    def take_startable(self) -> list[Held]:
+        """Take a slot for each of the oldest reserved jobs, as many as slots are free,
+        and return them (each gets the lease its start will write): the starter starts
+        them in the database before their handlers start. A reservation lost meanwhile
+        is let go."""
+        taken: list[Held] = []
+        now = self.clock.monotonic()
+        while self._waiting and self.free > 0:
+            held = self._waiting.popleft()
+            if held.lost:
+                held.finished = True
+                self.forget(held)
+                continue
+            held.started_monotonic = now
+            held.start_lease_id = uuid.uuid4()
+            self._running += 1
+            taken.append(held)
+        return taken
+
+    def started(self, held: Held, attempts: int, started_at: datetime) -> None:
+        """Record that a reserved job has started (running, under ``start_lease_id``, at
+        attempt ``attempts``): its handler may start now."""
+        lease_id = held.start_lease_id
+        assert lease_id is not None
+        self._held.pop(held.lease_id, None)
+        held.lease_id = lease_id
+        held.start_lease_id = None
+        held.reserved = False
+        held.job = replace(
+            held.job,
+            status=JobStatus.RUNNING,
+            attempts=attempts,
+            lease_id=lease_id,
+            started_at=started_at,
+            reserved_until=None,
+            reason=None,
+        )
+        held.ctx.attempt = attempts
+        self._held[lease_id] = held
+
+    def not_started(self, held: Held) -> None:
+        """Let go a reserved job whose start the database refused (its reservation was
+        taken, or it was cancelled): its slot frees, no run ended."""
+        if not held.finished:
+            held.finished = True
+            self._running -= 1
+        self.forget(held)
+
+    def leases(self) -> list[uuid.UUID]:
+        """Return every lease this daemon holds, the ones its starts in flight will write
+        included."""
+        leases = list(self._held)
+        leases.extend(h.start_lease_id for h in self._held.values() if h.start_lease_id)
+        return leases
 
     @property
-    def arm_room(self) -> int:
-        """Return how many jobs a claim may take ahead armed (not marked): up to the
-        armed target (``_arm_target``), while no marked job waits (those are older)."""
-        if self._marked:
-            return 0
-        return max(self._arm_target() - len(self._waiting), 0)
+    def startable(self) -> bool:
+        """Say whether a reserved job may start: one waits and a slot is free."""
+        return bool(self._waiting) and self.free > 0
 
-    def _arm_target(self) -> int:
-        """How many armed jobs to keep waiting: a round of the slots, or more while runs
-        are short: as many as the slots start within ``ARM_AHEAD_S`` (a kill charges
-        them a run: the database cannot tell they never started)."""
-        mean = self._mean_run_s
-        if mean is None:
-            return self.slots
-        if mean * self.ahead <= self.slots * ARM_AHEAD_S:
-            return max(self.slots, self.ahead)
-        return max(self.slots, int(self.slots * ARM_AHEAD_S / mean))
-
-    def _arm_due(self) -> bool:
-        return bool(self._marked) and len(self._waiting) <= self._arm_target() // 2
-
-    def to_arm(self) -> list[Held]:
-        """Return the marked jobs to arm now: once at most half the armed target waits,
-        the oldest marked ones, up to the target (``_arm_target``)."""
-        if not self._arm_due():
-            return []
-        return list(islice(self._marked, self._arm_target() - len(self._waiting)))
-
-    def arm(self, taken: list[Held], alive: set[uuid.UUID]) -> None:
-        """Record that the database no longer holds ``taken`` (the oldest marked jobs,
-        from ``to_arm``) as claimed ahead: they may start when a slot frees. Those whose
-        lease is not in ``alive`` lost it (they settle without running)."""
-        for held in taken:
-            if held.finished or held.armed:  # given back meanwhile
-                continue
-            self._marked.remove(held)  # the oldest: found at once
-            held.armed = True
-            self._waiting.append(held)
-            if held.job.id not in alive:
-                self.mark_lost(held)
-
-    async def wait_to_arm(self) -> None:
-        """Wait until ``to_arm`` has jobs to arm."""
-        while not self._arm_due():
-            self._on_arm_due = event = anyio.Event()
-            await event.wait()
-
-    def _arm_check(self) -> None:
-        if self._on_arm_due is not None and self._arm_due():
-            self._on_arm_due.set()
-            self._on_arm_due = None
+    async def wait_changed(self) -> None:
+        """Wait for the next change of the holdings."""
+        await self._wait_change()
 
     def take_waiting(self) -> list[Held]:
-        """Return every job claimed ahead and not started (at stop: they are given back)."""
-        taken = [*self._waiting, *self._marked]
+        """Return every reserved job not started (at stop: they are given back)."""
+        taken = list(self._waiting)
         self._waiting.clear()
-        self._marked.clear()
         for held in taken:
             held.finished = True  # it never took a slot: nothing to release
+            self.forget(held)
         self._signal()
         return taken
 
@@ -325,10 +328,11 @@ class Holdings:
             await self._wait_change()
 
     async def wait_claimable(self) -> None:
-        """Wait until the claimer may claim: a free slot, or room among those claimed
-        ahead for at least half a batch (so rounds stay batches)."""
+        """Wait until the claimer may claim: a free slot no reserved job waits for, or
+        room among those claimed ahead for at least half a batch (so rounds stay
+        batches)."""
         while self.claimable <= 0 or (
-            self.free <= 0 and self.claimable < max(1, self.ahead_now // 2)
+            self.free <= self.waiting and self.claimable < max(1, self.ahead_now // 2)
         ):
             await self._wait_change()
 

@@ -32,7 +32,6 @@ from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncPool, acquire
 from jobsd.store.listen import open_listen_connection
 from jobsd.worker import sdnotify
-from jobsd.worker.arming import Armer
 from jobsd.worker.claimer import Claimer, ClaimerSettings
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
@@ -44,6 +43,7 @@ from jobsd.worker.lifeline import Lifeline, LifelineSettings
 from jobsd.worker.listener import CHANNEL, Listener, ListenerSettings
 from jobsd.worker.recoverer import Recoverer, RecovererSettings
 from jobsd.worker.scheduler import Scheduler, SchedulerSettings
+from jobsd.worker.starting import Starter, StarterSettings
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.sweeper import Sweeper, SweeperSettings
 from jobsd.worker.waker import Waker
@@ -145,6 +145,14 @@ class Daemon:
             self.holdings,
             self.stats,
             self.completer.submit,
+            lambda held: self.starter.release(held),
+        )
+        self.starter = Starter(
+            self.pool,
+            StarterSettings(durable=settings.durable_claims),
+            clock,
+            self.holdings,
+            self.runner.start_reserved,
         )
         self.claimer = Claimer(
             self.pool,
@@ -154,6 +162,7 @@ class Daemon:
                 poll_interval_s=settings.poll_interval,
                 known_types_only=settings.unknown_types == "leave",
                 durable_claims=settings.durable_claims,
+                reserve_s=max(2 * settings.claim_ahead_max_wait, 1.0),
             ),
             clock,
             self.registry,
@@ -171,7 +180,6 @@ class Daemon:
             clock,
             self.holdings,
         )
-        self.armer = Armer(self.pool, clock, self.holdings, self.runner.start_waiting)
         self.sweeper = Sweeper(
             self.pool,
             SweeperSettings(
@@ -326,7 +334,7 @@ class Daemon:
                     for service in (
                         self.completer,
                         self.heartbeat,
-                        self.armer,
+                        self.starter,
                         self.sweeper,
                         self.recoverer,
                         self.hooks,
@@ -335,6 +343,7 @@ class Daemon:
                     if self.scheduler is not None:
                         await services.start(self.scheduler.run)
                     await self._run_jobs()
+                    await self.starter.drain(timeout_s=5.0)
                     await self.completer.drain(timeout_s=max(self.settings.drain_timeout, 10.0))
                     with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                         await self.recoverer.run_once()

@@ -55,7 +55,8 @@ SELECT status FROM jobsd.jobs WHERE id = %(id)s AND org_id = %(org_id)s;
 -- page passes ('infinity', 'ffffffff-...'). Reads jobs_org_created_idx backwards.
 -- Payload and report are left out: a page stays small; GET /jobs/{id} has them.
 SELECT id, org_id, type, queue, status, attempts, dedup_key, priority, concurrency_key,
-       progress, error, reason, run_after, created_at, started_at, finished_at
+       progress, error, reason, run_after, created_at, started_at, finished_at,
+       reserved_until
 FROM jobsd.jobs
 WHERE org_id = %(org_id)s
   AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)

@@ -113,12 +113,14 @@ SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
 -- limit. The jobs_count_key_runs trigger keeps the counts. `considered` tells the
 -- claimer whether candidates were left for a busy key, so it can claim again.
 --
--- Claiming ahead: only the first `free` jobs (the daemon's free slots; null: all) may
--- carry a dedup key or a concurrency key, or be of a type delivered at most once
--- (`at_most_once_types`); the rest, claimed ahead of the slots, are jobs without
--- either key of the other types, so a key is never held (nor a dedup key released) by
--- a job that waits in a daemon rather than runs, and an at-most-once job is claimed
--- only to run at once (a daemon killed with it waiting would fail it unrun).
+-- Claiming ahead: only the first `free` jobs (the daemon's free slots; null: all)
+-- start: they become `running` (attempts + 1, a fresh lease). The rest are reserved
+-- for the daemon, ahead of its slots: they stay `queued` with the daemon's lease and
+-- `reserved_until` (`reserve_s` from now), no attempt is charged and no history row
+-- written, and other claims skip them until then; the daemon starts them when a slot
+-- frees (jobs_start_reserved). Only jobs without a dedup or concurrency key, not of a
+-- type delivered at most once (`at_most_once_types`) and not in a queue with an
+-- org_running_limit are reserved: what counts running jobs must see every one.
 --
 -- Orgs (migration 0012): in a queue with an org_running_limit, the scan skips the
 -- jobs of an org already at that many running jobs there, and a round starts at
@@ -151,6 +153,8 @@ picked AS (
       WHERE a.org_running_limit IS NOT NULL AND r.queue = a.name
         AND r.org_id = j.org_id AND r.status = 'running') AS o ON true
     WHERE j.status = 'queued' AND j.queue = a.name
+      -- reserved by a daemon (its own included) until then (0022)
+      AND (j.reserved_until IS NULL OR j.reserved_until <= now())
       AND (a.org_running_limit IS NULL OR o.running < a.org_running_limit)
       -- only the types this daemon handles (NULL: every type, JOBSD_UNKNOWN_TYPES=fail)
       AND (%(types)s::text[] IS NULL OR array_position(%(types)s::text[], j.type) IS NOT NULL)
@@ -176,16 +180,19 @@ key_counts AS (
   FOR UPDATE OF k SKIP LOCKED),
 eligible AS (
   SELECT r.id, r.priority, r.created_at, r.concurrency_key, r.has_dedup, r.at_most_once,
-         row_number() OVER (ORDER BY r.priority, r.created_at, r.id) AS pos
+         r.org_limit, row_number() OVER (ORDER BY r.priority, r.created_at, r.id) AS pos
   FROM ranked AS r
   LEFT JOIN key_counts AS k
     ON k.org_id = r.org_id AND k.concurrency_key = r.concurrency_key
   WHERE (r.concurrency_key IS NULL OR k.running + r.nth <= r.key_limit)
     AND (r.org_limit IS NULL OR r.org_running + r.org_nth <= r.org_limit)),
 chosen AS (
-  SELECT e.id, e.at_most_once, e.concurrency_key, e.pos FROM eligible AS e
+  SELECT e.id, e.at_most_once, e.concurrency_key,
+         e.pos <= coalesce(%(free)s, %(limit)s) AS starts
+  FROM eligible AS e
   WHERE e.pos <= coalesce(%(free)s, %(limit)s)
-     OR (e.concurrency_key IS NULL AND NOT e.has_dedup AND NOT e.at_most_once)
+     OR (e.concurrency_key IS NULL AND NOT e.has_dedup AND NOT e.at_most_once
+         AND e.org_limit IS NULL)
   ORDER BY e.priority, e.created_at, e.id
   LIMIT %(limit)s),
 -- Durability (docs/decisions.md, "A claim commits without waiting for the disk"):
@@ -200,20 +207,22 @@ commit_mode AS MATERIALIZED (
   WHERE %(relaxed_commit)s AND NOT EXISTS (
     SELECT 1 FROM chosen AS c WHERE c.at_most_once OR c.concurrency_key IS NOT NULL))
 UPDATE jobsd.jobs AS j
-SET status = 'running', started_at = now(), attempts = j.attempts + 1,
-    lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
-    dedup_key = CASE WHEN j.type = ANY(%(keep_dedup_types)s::text[]) THEN j.dedup_key END,
-    -- claimed ahead beyond the free slots and the `armed` next ones: not started until
-    -- the daemon arms it (0021)
-    claimed_ahead = CASE WHEN chosen.pos > coalesce(%(free)s, %(limit)s) + %(armed)s
-                         THEN true END
+SET status = CASE WHEN chosen.starts THEN 'running' ELSE 'queued' END,
+    started_at = CASE WHEN chosen.starts THEN now() ELSE j.started_at END,
+    attempts = CASE WHEN chosen.starts THEN j.attempts + 1 ELSE j.attempts END,
+    lease_id = gen_random_uuid(), worker_id = %(worker_id)s,
+    reason = CASE WHEN chosen.starts THEN NULL ELSE j.reason END,
+    dedup_key = CASE WHEN NOT chosen.starts OR j.type = ANY(%(keep_dedup_types)s::text[])
+                     THEN j.dedup_key END,
+    reserved_until = CASE WHEN NOT chosen.starts
+                          THEN now() + make_interval(secs => %(reserve_s)s::float8) END
 FROM chosen
 WHERE j.id = chosen.id
 -- the columns of a Job in its fields' order (store.queries builds it positionally)
 RETURNING j.id, j.org_id, j.type, j.queue, j.status, j.attempts, j.dedup_key, j.payload,
           j.progress, j.report, j.error, j.reason, j.run_after, j.lease_id, j.worker_id,
           j.created_at, j.started_at, j.finished_at, j.cancel_requested_at, j.priority,
-          j.concurrency_key, j.trace_context, j.claimed_ahead,
+          j.concurrency_key, j.trace_context, j.reserved_until,
           (SELECT count(*) FROM picked) AS considered,
           (SELECT count(*) FROM commit_mode) AS relaxed_commit;
 
@@ -229,15 +238,57 @@ FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(fields)s::jsonb[])
 WHERE j.id = h.id AND j.lease_id = h.lease_id AND j.status = 'running'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
--- name: jobs_arm_claimed_ahead
--- Jobs claimed ahead whose handlers this daemon is about to start: clear the mark
--- (migration 0021), under each run's own lease; the ids whose lease holds come back
--- (only those may start).
+-- name: jobs_start_reserved
+-- Start jobs this daemon reserved (jobs_claim_batch), one per free slot, just before
+-- their handlers start: queued -> running, the attempt counted now, a fresh lease.
+-- Each is conditioned on its reservation's lease, so a reservation that another
+-- claim took after it expired, or a job cancelled meanwhile, does not start.
+-- `confirm` (a second try after an answer that never came) also returns the jobs the
+-- first try started: their rows are locked and read at their latest version, so a
+-- try still committing is waited for. The commit waits for the disk unless `relaxed`
+-- (the claim's rule: a start undone by a crash of Postgres is a job queued again).
+WITH commit_mode AS MATERIALIZED (
+  SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
+  WHERE %(relaxed)s)
 UPDATE jobsd.jobs AS j
-SET claimed_ahead = NULL
-FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[]) AS s(id, lease_id)
-WHERE j.id = s.id AND j.lease_id = s.lease_id AND j.status = 'running'
-RETURNING j.id;
+SET status = 'running',
+    started_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.started_at END,
+    attempts = CASE WHEN j.status = 'queued' THEN j.attempts + 1 ELSE j.attempts END,
+    lease_id = CASE WHEN j.status = 'queued' THEN s.new_lease_id ELSE j.lease_id END,
+    reason = CASE WHEN j.status = 'queued' THEN NULL ELSE j.reason END,
+    reserved_until = NULL
+FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(new_lease_ids)s::uuid[])
+     AS s(id, lease_id, new_lease_id)
+WHERE j.id = s.id
+  AND ((j.status = 'queued' AND j.lease_id = s.lease_id)
+       OR (%(confirm)s AND j.status = 'running' AND j.lease_id = s.new_lease_id))
+RETURNING j.id, j.attempts, j.started_at, (SELECT count(*) FROM commit_mode) AS relaxed;
+
+-- name: jobs_release_reserved
+-- Give back reservations this daemon will not start (its stop, or no slot freed in
+-- time): the jobs stay queued, claimable at once; nothing was charged, no history is
+-- written. Their queues are notified so an idle daemon takes them now.
+WITH released AS (
+  UPDATE jobsd.jobs AS j
+  SET lease_id = NULL, worker_id = NULL, reserved_until = NULL
+  FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[]) AS s(id, lease_id)
+  WHERE j.id = s.id AND j.lease_id = s.lease_id AND j.status = 'queued'
+  RETURNING j.id, j.queue),
+woken AS (
+  SELECT pg_notify('jobsd', w.queue) FROM (SELECT DISTINCT r.queue FROM released AS r) AS w)
+SELECT r.id, (SELECT count(*) FROM woken) AS woken_queues FROM released AS r;
+
+-- name: jobs_owned_unheld
+-- Running jobs of this worker whose lease it does not hold: the jobs of a claim whose
+-- answer never reached it (the claim committed, the connection broke). The daemon
+-- adopts them: their handlers start now.
+SELECT j.id, j.org_id, j.type, j.queue, j.status, j.attempts, j.dedup_key, j.payload,
+       j.progress, j.report, j.error, j.reason, j.run_after, j.lease_id, j.worker_id,
+       j.created_at, j.started_at, j.finished_at, j.cancel_requested_at, j.priority,
+       j.concurrency_key, j.trace_context, j.reserved_until
+FROM jobsd.jobs AS j
+WHERE j.status = 'running' AND j.worker_id = %(worker_id)s
+  AND j.lease_id <> ALL(%(held)s::uuid[]);
 
 -- name: jobs_finish_batch
 -- Write many outcomes in one statement, each conditioned on its lease. A result
@@ -257,8 +308,7 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
                      ELSE j.dedup_key END,
     lease_id = CASE WHEN r.status = 'running' THEN j.lease_id
                     WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN j.lease_id END,
-    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after),
-    claimed_ahead = NULL
+    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after)
 FROM jobsd.outcome_rows(%(results)s::jsonb) AS r
 WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
 -- in the order of store.queries.Finished's fields, which is built positionally
@@ -285,7 +335,6 @@ SELECT now() AS now;
 -- that job: the sweeper's one-by-one pass after the database refused a whole one.
 WITH stale AS (
   SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
-         coalesce(j.claimed_ahead, false) AS unstarted,
          j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
   FROM jobsd.jobs AS j
   WHERE j.status = 'running'
@@ -298,16 +347,12 @@ WITH stale AS (
 decided AS (
   SELECT s.id,
          CASE WHEN s.cancel_requested THEN 'cancel'
-              -- claimed ahead and never armed, so never started (0021): no run to
-              -- charge, none to lose or recover
-              WHEN s.unstarted THEN 'requeue'
               WHEN l.delivery = 'recover' THEN 'recover'
               WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
               WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
                 THEN 'requeue'
               ELSE 'exhausted' END AS verdict,
-         CASE WHEN s.unstarted THEN 'not started'
-              WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why
+         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why
   FROM stale AS s
   LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[], %(deliveries)s::text[])
     AS l(type, max_attempts, delivery)
@@ -325,8 +370,7 @@ SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'can
                            ELSE 'max attempts exceeded' END,
     finished_at = CASE WHEN d.verdict IN ('requeue', 'recover') THEN NULL ELSE now() END,
     dedup_key = CASE WHEN d.verdict IN ('requeue', 'recover') THEN j.dedup_key END,
-    lease_id = NULL,
-    claimed_ahead = NULL
+    lease_id = NULL
 FROM decided AS d
 WHERE j.id = d.id
 RETURNING j.*;
@@ -414,7 +458,7 @@ key_count AS (
 UPDATE jobsd.jobs AS j
 SET status = 'running', started_at = now(), attempts = j.attempts + 1,
     lease_id = gen_random_uuid(), worker_id = %(worker_id)s, reason = NULL,
-    dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END, claimed_ahead = NULL
+    dedup_key = CASE WHEN %(keep_dedup)s THEN j.dedup_key END, reserved_until = NULL
 FROM target AS t
 WHERE j.id = t.id AND t.paused_at IS NULL
   AND (t.concurrency_key IS NULL

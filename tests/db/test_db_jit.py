@@ -19,7 +19,7 @@ from jobsd.store.named import sql_text
 
 pytestmark = pytest.mark.anyio
 
-CLAIM = claim_params(388, types=["noop"], free=100, armed=100)
+CLAIM = claim_params(388, types=["noop"], free=100)
 
 
 def _mid_drain(conn: psycopg.Connection[Any]) -> None:

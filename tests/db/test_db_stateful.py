@@ -1,7 +1,9 @@
 """Random sequences of everything that can happen to jobs, run against a real Postgres
-with jobsd's own statements (claim, heartbeat, finish, retry, cancel, crash, sweep,
-recovery and resolve, time passing); after every step the invariants of
-docs/semantics.md must hold."""
+with jobsd's own statements (claim, reserve ahead and start, give back, lost answers
+and their reconciliation, heartbeat, finish, retry, cancel, crash, sweep, recovery and
+resolve, time passing); after every step the invariants of docs/semantics.md must
+hold: among them, attempts count handler starts, and a worker has no more jobs running
+than its slots."""
 
 from __future__ import annotations
 
@@ -14,7 +16,13 @@ from typing import Any
 import psycopg
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from psycopg.rows import dict_row
 from support.claims import claim_params
 from support.history import history_problems
@@ -26,6 +34,7 @@ from jobsd.store.queries import run_named_sync
 TYPES = {"alo": "at_least_once", "amo": "at_most_once", "amr": "recover"}
 MAX_ATTEMPTS = 2
 WORKERS = ("w1", "w2")
+SLOTS = 2
 
 
 class JobsMachine(RuleBasedStateMachine):
@@ -40,6 +49,21 @@ class JobsMachine(RuleBasedStateMachine):
         self.jobs: dict[uuid.UUID, str] = {}  # id -> type
         self.terminal: dict[uuid.UUID, str] = {}  # first terminal status seen
         self.held: dict[str, list[tuple[uuid.UUID, uuid.UUID]]] = {w: [] for w in WORKERS}
+        # reserved ahead of the slots (queued), by worker: (id, reservation lease)
+        self.reserved: dict[str, list[tuple[uuid.UUID, uuid.UUID]]] = {w: [] for w in WORKERS}
+        # a start whose answer was lost: (id, reservation lease, new lease), to confirm
+        self.in_doubt: dict[str, list[tuple[uuid.UUID, uuid.UUID, uuid.UUID]]] = {
+            w: [] for w in WORKERS
+        }
+        # the runs of a claim whose answer was lost: adopted before the next claim
+        self.lost_runs: dict[str, list[tuple[uuid.UUID, uuid.UUID]] | None] = {
+            w: None for w in WORKERS
+        }
+        # handler starts, as the workers saw them: what attempts must count
+        self.starts: Counter[uuid.UUID] = Counter()
+        # runs counted in the database that no worker was seen to start: a start in
+        # doubt or a lost claim of a worker that died before it knew
+        self.unseen: Counter[uuid.UUID] = Counter()
         self.dead: set[str] = set()
         # leases taken from live (hung) owners by a sweep: they may still try to write
         self.stale: list[tuple[uuid.UUID, uuid.UUID]] = []
@@ -52,8 +76,12 @@ class JobsMachine(RuleBasedStateMachine):
 
     # --- rules -------------------------------------------------------------------
 
-    @rule(kind=st.sampled_from(sorted(TYPES)), later=st.booleans())
-    def enqueue(self, kind: str, later: bool) -> None:
+    @rule(kind=st.sampled_from(sorted(TYPES)), later=st.booleans(), n=st.integers(1, 4))
+    def enqueue(self, kind: str, later: bool, n: int) -> None:
+        for _ in range(n):
+            self._enqueue_one(kind, later)
+
+    def _enqueue_one(self, kind: str, later: bool) -> None:
         run_after = datetime.now(UTC) + timedelta(hours=1) if later else None
         rows = self._run(
             "jobs_insert",
@@ -73,17 +101,107 @@ class JobsMachine(RuleBasedStateMachine):
         )
         self.jobs[rows[0]["id"]] = kind
 
-    @rule(worker=st.sampled_from(WORKERS))
-    def claim(self, worker: str) -> None:
+    def _free(self, worker: str) -> int:
+        # the slots of a lost claim's runs stay taken until they are adopted
+        lost = len(self.lost_runs[worker] or [])
+        return SLOTS - len(self.held[worker]) - len(self.in_doubt[worker]) - lost
+
+    def _hold(self, worker: str, started: list[tuple[uuid.UUID, uuid.UUID]]) -> None:
+        """A worker's handlers start for these runs: each one a start of its job."""
+        self.held[worker].extend(started)
+        self.starts.update(job_id for job_id, _ in started)
+
+    @rule(worker=st.sampled_from(WORKERS), ahead=st.integers(0, 2), lost=st.booleans())
+    def claim(self, worker: str, ahead: int, lost: bool) -> None:
+        """Claim into the free slots, and reserve ``ahead`` more; or lose the answer."""
         if worker in self.dead:
             return
+        self.adopt(worker)
+        free = self._free(worker)
+        if free + ahead <= 0:
+            return
         rows = self._run(
-            "jobs_claim_batch",
-            claim_params(1, worker),
+            "jobs_claim_batch", claim_params(free + ahead, worker, free=free, reserve_s=3600.0)
         )
         mine = [r for r in rows if r["org_id"] == self.org]
         assert len(mine) == len(rows), "a job of an earlier example"
-        self.held[worker].extend((r["id"], r["lease_id"]) for r in mine)
+        assert sum(r["status"] == "running" for r in rows) <= free
+        if lost:
+            # committed, answer lost: the running ones are adopted before the next
+            # claim, the reserved ones lapse
+            self.lost_runs[worker] = [
+                (r["id"], r["lease_id"]) for r in rows if r["status"] == "running"
+            ]
+            return
+        self._hold(worker, [(r["id"], r["lease_id"]) for r in rows if r["status"] == "running"])
+        self.reserved[worker].extend(
+            (r["id"], r["lease_id"]) for r in rows if r["status"] == "queued"
+        )
+
+    def adopt(self, worker: str) -> None:
+        """After a claim whose answer was lost: run its jobs (jobs_owned_unheld)."""
+        lost = self.lost_runs[worker]
+        if lost is None:
+            return
+        self.lost_runs[worker] = None
+        held = [lease for _, lease in self.held[worker]]
+        held += [new for _, _, new in self.in_doubt[worker]]
+        rows = self._run("jobs_owned_unheld", {"worker_id": worker, "held": held})
+        found = [(r["id"], r["lease_id"]) for r in rows]
+        assert set(found) == set(lost), (found, lost)
+        self._hold(worker, found)
+
+    @precondition(lambda self: any(self.reserved.values()))
+    @rule(worker=st.sampled_from(WORKERS), lost=st.booleans())
+    def start(self, worker: str, lost: bool) -> None:
+        """Start reserved jobs in the free slots; or lose the start's answer."""
+        if worker in self.dead:
+            return
+        free = self._free(worker)
+        taken = self.reserved[worker][: max(free, 0)]
+        if not taken:
+            return
+        del self.reserved[worker][: len(taken)]
+        runs = [(job_id, lease, uuid.uuid4()) for job_id, lease in taken]
+        rows = self._run("jobs_start_reserved", _start_params(runs, confirm=False))
+        if lost:
+            self.in_doubt[worker].extend(runs)
+            return
+        started = {r["id"] for r in rows}
+        self._hold(worker, [(job_id, new) for job_id, _, new in runs if job_id in started])
+
+    @precondition(lambda self: any(self.in_doubt.values()))
+    @rule(worker=st.sampled_from(WORKERS))
+    def confirm(self, worker: str) -> None:
+        """Try a start whose answer was lost again, with confirm."""
+        runs = self.in_doubt[worker]
+        if worker in self.dead or not runs:
+            return
+        rows = self._run("jobs_start_reserved", _start_params(runs, confirm=True))
+        started = {r["id"] for r in rows}
+        self.in_doubt[worker] = []
+        self._hold(worker, [(job_id, new) for job_id, _, new in runs if job_id in started])
+
+    @precondition(lambda self: any(self.reserved.values()))
+    @rule(worker=st.sampled_from(WORKERS))
+    def give_back(self, worker: str) -> None:
+        """Release the worker's reservations (a stop, or no slot freed in time)."""
+        taken, self.reserved[worker] = self.reserved[worker], []
+        if worker in self.dead or not taken:
+            return
+        self._run(
+            "jobs_release_reserved",
+            {"ids": [j for j, _ in taken], "lease_ids": [lease for _, lease in taken]},
+        )
+
+    @rule()
+    def reservations_lapse(self) -> None:
+        """Time passes beyond every reservation: any worker may claim those jobs."""
+        self.conn.execute(
+            "UPDATE jobsd.jobs SET reserved_until = now() - interval '1 second' "
+            "WHERE org_id = %s AND reserved_until IS NOT NULL",
+            (self.org,),
+        )
 
     @rule(
         worker=st.sampled_from(WORKERS),
@@ -156,7 +274,8 @@ class JobsMachine(RuleBasedStateMachine):
     def cancel(self, pick: int) -> None:
         if not self.jobs:
             return
-        job_id = sorted(self.jobs)[pick % len(self.jobs)]
+        # by enqueue order, not by id: ids are random, and a replay must pick the same
+        job_id = list(self.jobs)[pick % len(self.jobs)]
         with self.conn.transaction():
             self._run("admin_set_actor", {"worker_id": "test"})
             self._run("jobs_cancel", {"id": job_id, "org_id": self.org, "reason": "test"})
@@ -165,7 +284,14 @@ class JobsMachine(RuleBasedStateMachine):
     def crash(self, worker: str) -> None:
         """kill -9: the worker's leases stay in the database, its session lock is gone."""
         self.dead.add(worker)
-        self.held[worker] = []  # a dead process writes nothing more
+        # a dead process writes nothing more; its reservations lapse, and a start it had
+        # in doubt may have committed (the sweep sees it running under its dead owner)
+        self.held[worker] = []
+        self.reserved[worker] = []
+        self.unseen.update(job_id for job_id, _, _ in self.in_doubt[worker])
+        self.in_doubt[worker] = []
+        self.unseen.update(job_id for job_id, _ in self.lost_runs[worker] or [])
+        self.lost_runs[worker] = None
 
     @rule(worker=st.sampled_from(WORKERS))
     def restart(self, worker: str) -> None:
@@ -193,6 +319,15 @@ class JobsMachine(RuleBasedStateMachine):
             )
         rescued = {r["id"] for r in rows}
         for worker in WORKERS:
+            # a run in doubt (a start or a claim whose answer was lost) that the sweep
+            # took was counted, and no worker saw it start
+            doubt = self.in_doubt[worker]
+            self.unseen.update(j for j, _, _ in doubt if j in rescued)
+            self.in_doubt[worker] = [run for run in doubt if run[0] not in rescued]
+            lost = self.lost_runs[worker]
+            if lost is not None:
+                self.unseen.update(j for j, _ in lost if j in rescued)
+                self.lost_runs[worker] = [run for run in lost if run[0] not in rescued]
             # a live worker whose job was taken keeps a lease it no longer owns
             self.stale.extend(x for x in self.held[worker] if x[0] in rescued)
             self.held[worker] = [x for x in self.held[worker] if x[0] not in rescued]
@@ -200,13 +335,14 @@ class JobsMachine(RuleBasedStateMachine):
     @rule(pick=st.integers(0, 50), status=st.sampled_from(["succeeded", "failed", "queued"]))
     def resolve(self, pick: int, status: str) -> None:
         """A recover hook's answer or an operator's: settle a recovery_required job."""
-        waiting = sorted(
+        recovering = {
             r["id"]
             for r in self.conn.execute(
                 "SELECT id FROM jobsd.jobs WHERE org_id = %s AND status = 'recovery_required'",
                 (self.org,),
             ).fetchall()
-        )
+        }
+        waiting = [job_id for job_id in self.jobs if job_id in recovering]  # enqueue order
         if not waiting:
             return
         job_id = waiting[pick % len(waiting)]
@@ -263,6 +399,18 @@ class JobsMachine(RuleBasedStateMachine):
                 self.terminal[job["id"]] = job["status"]
         # the history is gapless, made of edges, and matches the jobs
         assert history_problems(jobs, events) == []
+        # an attempt is a handler start: a job's attempts are the runs the workers
+        # started (a start in doubt or a lost claim may have counted one not started
+        # yet: until it is confirmed or adopted, or its worker dies)
+        doubtful = Counter(j for runs in self.in_doubt.values() for j, _, _ in runs)
+        doubtful.update(j for runs in self.lost_runs.values() for j, _ in runs or [])
+        for job in jobs:
+            seen, maybe = self.starts[job["id"]], doubtful[job["id"]] + self.unseen[job["id"]]
+            assert seen <= job["attempts"] <= seen + maybe, (job, seen, maybe)
+        # a live worker runs no more jobs than its slots
+        for worker in WORKERS:
+            if worker not in self.dead:
+                assert len(self._running_of(worker)) <= SLOTS, worker
         runs = Counter(
             e["job_id"] for e in events if e["to_status"] == "running" != e["from_status"]
         )
@@ -279,6 +427,18 @@ class JobsMachine(RuleBasedStateMachine):
                 assert runs[job["id"]] <= 1, f"at_most_once job {job['id']} ran twice"
             else:
                 assert runs[job["id"]] <= MAX_ATTEMPTS, f"job {job['id']} ran too often"
+
+
+def _start_params(
+    runs: list[tuple[uuid.UUID, uuid.UUID, uuid.UUID]], *, confirm: bool
+) -> dict[str, Any]:
+    return {
+        "ids": [r[0] for r in runs],
+        "lease_ids": [r[1] for r in runs],
+        "new_lease_ids": [r[2] for r in runs],
+        "relaxed": True,
+        "confirm": confirm,
+    }
 
 
 def test_random_histories_keep_every_invariant(db_url: str) -> None:

@@ -134,79 +134,119 @@ async def test_a_run_whose_heartbeat_is_newer_than_its_start_is_judged_by_it(
     assert await _sweep(aconn, now=datetime.now(UTC) + timedelta(seconds=STALE_S + 1)) != []
 
 
-async def _claim_one_started_two_ahead(aconn: Conn) -> list[Job]:
+async def _claim_one_started_two_ahead(aconn: Conn, reserve_s: float = 3600.0) -> list[Job]:
     """Enqueue three jobs of a type allowed one attempt; claim them with one free slot:
-    the first starts, the other two are claimed ahead."""
+    the first starts, the other two are reserved ahead of the slots."""
     for n in range(3):
         spec = JobSpec.build("once_only", {"n": n}, org_id="o")
         await queries.run_named(aconn, "jobs_insert", spec.insert_params())
     jobs = list(
         await queries.claim_batch(
-            aconn, limit=3, free=1, worker_id="w1", queues=None, keep_dedup_types=[]
+            aconn,
+            limit=3,
+            free=1,
+            worker_id="w1",
+            queues=None,
+            keep_dedup_types=[],
+            reserve_s=reserve_s,
         )
     )
     assert [j.payload["n"] for j in jobs] == [0, 1, 2]
     return jobs
 
 
-async def test_a_job_claimed_ahead_and_not_known_started_is_requeued_not_failed(
+async def test_a_claim_reserves_the_jobs_beyond_the_free_slots_without_charging_them(
     aconn: Conn, conn: Any
 ) -> None:
-    # the owner dies (here: goes silent) holding one run and two jobs claimed ahead, one
-    # of which it had armed (to start it); one attempt allowed
-    started, ahead_started, ahead = await _claim_one_started_two_ahead(aconn)
-    assert ahead_started.lease_id is not None
-    armed = await queries.arm_claimed_ahead(aconn, [(ahead_started.id, ahead_started.lease_id)])
-    assert armed == {ahead_started.id}
+    started, *ahead = await _claim_one_started_two_ahead(aconn)
+    assert (started.status, started.attempts, started.reserved_until) == ("running", 1, None)
+    for job in ahead:
+        row = job_row(conn, job.id)
+        assert row is not None
+        assert (row["status"], row["attempts"], row["worker_id"], row["started_at"]) == (
+            "queued",
+            0,
+            "w1",
+            None,
+        )
+        assert row["lease_id"] == job.lease_id and row["reserved_until"] is not None
+        # no history: nothing happened to the job but a reservation
+        assert [(h[0], h[1]) for h in history(conn, job.id)] == [(None, "queued")]
+    # another daemon's claim passes the reservations by
+    others = await queries.claim_batch(
+        aconn, limit=5, worker_id="w2", queues=None, keep_dedup_types=[]
+    )
+    assert list(others) == []
+
+
+async def test_the_sweep_leaves_reserved_jobs_alone_and_an_ended_reservation_is_claimable(
+    aconn: Conn, conn: Any
+) -> None:
+    # the owner dies (here: goes silent) holding one run and two reserved jobs
+    started, *ahead = await _claim_one_started_two_ahead(aconn)
     late = datetime.now(UTC) + timedelta(seconds=STALE_S + 1)
     swept = {j.id: (j.status, j.reason) for j in await _sweep(aconn, now=late)}
-    assert swept == {
-        started.id: ("failed", "max attempts exceeded"),
-        ahead_started.id: ("failed", "max attempts exceeded"),
-        # never started: back to queued as on a stop, its claim still counted
-        ahead.id: ("queued", "not started"),
-    }
-    assert [(h[0], h[1], h[2], h[4]) for h in history(conn, ahead.id)] == [
-        (None, "queued", 0, None),
-        ("queued", "running", 1, None),
-        ("running", "queued", 1, "not started"),
+    assert swept == {started.id: ("failed", "max attempts exceeded")}
+    conn.execute(
+        "UPDATE jobsd.jobs SET reserved_until = now() - interval '1 second' WHERE id = %s",
+        (ahead[0].id,),
+    )
+    (taken,) = await queries.claim_batch(
+        aconn, limit=5, worker_id="w2", queues=None, keep_dedup_types=[]
+    )
+    # its first run: attempt 1, never charged by the reservation
+    assert (taken.id, taken.status, taken.attempts, taken.worker_id) == (
+        ahead[0].id,
+        "running",
+        1,
+        "w2",
+    )
+    assert [(h[0], h[1], h[2]) for h in history(conn, ahead[0].id)] == [
+        (None, "queued", 0),
+        ("queued", "running", 1),
     ]
-    row = job_row(conn, ahead.id)
-    assert row is not None and row["claimed_ahead"] is None and row["lease_id"] is None
 
 
-async def test_a_job_never_started_is_requeued_whatever_its_attempts(
+async def test_start_reserved_counts_the_attempt_under_a_fresh_lease(
     aconn: Conn, conn: Any
 ) -> None:
-    # given back on stops and swept unstarted, its claims went past max_attempts: it
-    # never ran, so it is never exhausted by them
-    *_, ahead = await _claim_one_started_two_ahead(aconn)
-    conn.execute("UPDATE jobsd.jobs SET attempts = 7 WHERE id = %s", (ahead.id,))
-    late = datetime.now(UTC) + timedelta(seconds=STALE_S + 1)
-    swept = {j.id: (j.status, j.reason, j.attempts) for j in await _sweep(aconn, now=late)}
-    assert swept[ahead.id] == ("queued", "not started", 7)
-
-
-async def test_a_claim_marks_only_the_jobs_beyond_the_free_slots(aconn: Conn, conn: Any) -> None:
-    started, *ahead = await _claim_one_started_two_ahead(aconn)
-    marks = {j.id: (job_row(conn, j.id) or {})["claimed_ahead"] for j in (started, *ahead)}
-    assert marks == {started.id: None, ahead[0].id: True, ahead[1].id: True}
-    assert [j.claimed_ahead for j in (started, *ahead)] == [False, True, True]
-    # the outcome clears the mark; a stale lease arms nothing
-    assert ahead[0].lease_id is not None
-    done = FinishRow(ahead[0].id, ahead[0].lease_id, "succeeded", None, None, None, None)
-    assert list(await queries.finish_batch(aconn, [done])) == [ahead[0].id]
-    assert (job_row(conn, ahead[0].id) or {})["claimed_ahead"] is None
-    assert await queries.arm_claimed_ahead(aconn, [(ahead[1].id, uuid.uuid4())]) == set()
-    assert (job_row(conn, ahead[1].id) or {})["claimed_ahead"] is True
-
-
-async def test_a_claim_leaves_the_armed_jobs_claimed_ahead_unmarked(aconn: Conn, conn: Any) -> None:
-    for n in range(4):
-        spec = JobSpec.build("t", {"n": n}, org_id="o")
-        await queries.run_named(aconn, "jobs_insert", spec.insert_params())
-    jobs = await queries.claim_batch(
-        aconn, limit=4, free=1, armed=2, worker_id="w1", queues=None, keep_dedup_types=[]
+    _, first, second = await _claim_one_started_two_ahead(aconn)
+    assert first.lease_id is not None and second.lease_id is not None
+    new_first, new_second = uuid.uuid4(), uuid.uuid4()
+    started = await queries.start_reserved(
+        aconn,
+        [(first.id, first.lease_id, new_first), (second.id, uuid.uuid4(), new_second)],
     )
-    # one starts, the next two may start when a slot frees, the last waits to be armed
-    assert [j.claimed_ahead for j in jobs] == [False, False, False, True]
+    # a reservation whose lease is not the daemon's does not start
+    assert set(started) == {first.id} and started[first.id].attempts == 1
+    row = job_row(conn, first.id)
+    assert row is not None
+    assert (row["status"], row["lease_id"], row["attempts"], row["reserved_until"]) == (
+        "running",
+        new_first,
+        1,
+        None,
+    )
+    assert [(h[0], h[1], h[2], h[3]) for h in history(conn, first.id)] == [
+        (None, "queued", 0, None),
+        ("queued", "running", 1, "w1"),
+    ]
+    # tried again after a lost answer: the job started by the first try comes back,
+    # charged once
+    again = await queries.start_reserved(
+        aconn, [(first.id, first.lease_id, new_first)], confirm=True
+    )
+    assert set(again) == {first.id} and again[first.id].attempts == 1
+    assert (job_row(conn, first.id) or {})["attempts"] == 1
+    # given back: queued, claimable, nothing charged, no history
+    assert await queries.release_reserved(aconn, [(second.id, second.lease_id)]) == {second.id}
+    row = job_row(conn, second.id)
+    assert row is not None
+    assert (row["status"], row["lease_id"], row["worker_id"], row["reserved_until"]) == (
+        "queued",
+        None,
+        None,
+        None,
+    )
+    assert await queries.release_reserved(aconn, [(second.id, second.lease_id)]) == set()
+    assert [h[1] for h in history(conn, second.id)] == ["queued"]

@@ -84,53 +84,50 @@ def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
 
 
 @pytest.mark.timeout(60)
-def test_kill_9_sends_a_job_claimed_ahead_back_unstarted_instead_of_failing_it(
+def test_kill_9_leaves_jobs_claimed_ahead_queued_and_uncharged(
     side_db: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
 ) -> None:
     # one slot, one attempt per job (the default): the daemon holds a run and two jobs
-    # claimed ahead of it when it is killed; the one beyond the armed round is not charged
+    # reserved ahead of it when it is killed; the reserved ones never started, were
+    # never charged, and run once their reservation ends
     env = make_env(
         side_db,
         JOBSD_STALE_AFTER="600",
         JOBSD_DEATH_CHECK_INTERVAL="0.5",
         JOBSD_SLOTS="1",
-        JOBSD_CLAIM_AHEAD_MAX_WAIT="60",  # no give-back within the test
+        JOBSD_CLAIM_AHEAD_MAX_WAIT="2",  # no give-back before the kill
     )
     first = spawn("run", env=env)
     first.wait_ready()
+    reserved = "SELECT status, attempts, reserved_until IS NOT NULL FROM jobsd.jobs WHERE id = %s"
     with SyncClient(side_db) as client:
-        # a run of 50 ms first: claiming ahead goes on, one job at a time is armed
+        # a run of 50 ms first: claiming ahead goes on
         warm = client.enqueue("sleep", {"seconds": 0.05}, org_id="acme")
         wait_status(conn, warm.id, "succeeded")
         running = client.enqueue("sleep", {"seconds": 3600}, org_id="acme")
         wait_status(conn, running.id, "running")
-        # claimed, waiting for the slot: the first armed (a round of the one slot, to
-        # start as soon as it frees), the second marked as claimed ahead
-        armed = client.enqueue("noop", {}, org_id="acme")
-        wait_status(conn, armed.id, "running")
-        ahead = client.enqueue("noop", {}, org_id="acme")
-        wait_status(conn, ahead.id, "running")
-    marked = "SELECT claimed_ahead FROM jobsd.jobs WHERE id = %s"
-    assert [scalar(conn, marked, (j.id,)) for j in (running, armed, ahead)] == [None, None, True]
-
-    second = spawn("run", env=make_env(side_db, JOBSD_DEATH_CHECK_INTERVAL="0.5"))
-    second.wait_ready()
+        ahead = [client.enqueue("noop", {}, org_id="acme") for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while [conn.execute(reserved, (j.id,)).fetchone() for j in ahead] != [
+            ("queued", 0, True)
+        ] * 2:
+            assert time.monotonic() < deadline, "the jobs were not reserved"
+            time.sleep(0.02)
     first.send(signal.SIGKILL)
     assert first.wait(10) == -signal.SIGKILL
-    wait_status(conn, ahead.id, "succeeded", timeout_s=15)
+    second = spawn("run", env=make_env(side_db, JOBSD_DEATH_CHECK_INTERVAL="0.5"))
+    second.wait_ready()
+    for job in ahead:
+        wait_status(conn, job.id, "succeeded", timeout_s=15)
+        # their one run was their first attempt
+        assert _history(conn, job.id) == [
+            (None, "queued", 0, None),
+            ("queued", "running", 1, None),
+            ("running", "succeeded", 1, None),
+        ]
+    # the run that had started is charged: its owner died
     wait_status(conn, running.id, "failed", timeout_s=15)
-    # the armed one is charged like the run: the database cannot tell it did not start
-    wait_status(conn, armed.id, "failed", timeout_s=15)
-
-    assert _history(conn, ahead.id) == [
-        (None, "queued", 0, None),
-        ("queued", "running", 1, None),
-        ("running", "queued", 1, "not started"),
-        ("queued", "running", 2, None),
-        ("running", "succeeded", 2, None),
-    ]
-    for charged in (running, armed):
-        assert _history(conn, charged.id)[-1] == ("running", "failed", 1, "max attempts exceeded")
+    assert _history(conn, running.id)[-1] == ("running", "failed", 1, "max attempts exceeded")
     second.send(signal.SIGTERM)
     assert second.wait(20) == 0
     assert_history_complete(conn)

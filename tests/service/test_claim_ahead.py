@@ -1,8 +1,11 @@
-"""Claiming ahead of the free slots (JOBSD_CLAIM_AHEAD): a job claimed ahead is running
-in the database and held (heartbeated) by its daemon, its handler starts when a slot
-frees, and on stop the ones never started go back to queued."""
+"""Claiming ahead of the free slots (JOBSD_CLAIM_AHEAD): a job claimed ahead is reserved
+by its daemon (queued in the database, charged nothing), it becomes running, with its
+attempt counted, when a slot frees and its handler starts, and on stop the ones never
+started are given back as they were."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import anyio
 import psycopg
@@ -43,6 +46,20 @@ def _blocking_and_once(registry: Registry) -> anyio.Event:
     return release
 
 
+async def wait_reserved(db: ADb, job_id: object, worker_id: str | None = None) -> dict[str, Any]:
+    """Wait until a job is reserved (queued, with a reservation); return its row."""
+    row: dict[str, Any] = {}
+
+    async def reserved() -> bool:
+        nonlocal row
+        row = await fetch_job(db, job_id)
+        return row["status"] == "queued" and row["reserved_until"] is not None
+
+    await wait_until(reserved, what=f"job {job_id} reserved")
+    assert worker_id is None or row["worker_id"] == worker_id
+    return row
+
+
 async def _all_succeed(db: ADb, *jobs: jobsd.Job) -> None:
     for job in jobs:
         assert (await wait_status(db, job.id, "succeeded", "failed"))["status"] == "succeeded"
@@ -64,8 +81,9 @@ async def test_a_job_claimed_ahead_starts_when_a_slot_frees(
         first = await client.enqueue("t", {"n": 1}, org_id="acme")
         await wait_status(db, first.id, "running")
         second = await client.enqueue("t", {"n": 2}, org_id="acme")
-        # claimed ahead: running in the database, held, its handler not started
-        await wait_status(db, second.id, "running")
+        # claimed ahead: reserved, queued in the database, held, its handler not started
+        row = await wait_reserved(db, second.id)
+        assert (row["attempts"], row["started_at"]) == (0, None)
 
         async def held_ahead() -> bool:
             # the claim commits before the claimer hands the job to the runner
@@ -106,25 +124,34 @@ async def test_jobs_claimed_ahead_and_never_started_go_back_to_queued_on_stop(
         await wait_status(db, first.id, "running")
         ahead = [await client.enqueue("t", {"n": n}, org_id="acme") for n in (2, 3)]
         for job in ahead:
-            await wait_status(db, job.id, "running")
-        assert d.holdings.waiting == 2
+            await wait_reserved(db, job.id)
+
+        async def both_held() -> bool:
+            return d.holdings.waiting == 2
+
+        await wait_until(both_held, what="both jobs held ahead")
         d.stop()
-        # the stop gives the unstarted ones back at once, before the running one ends
-        for job in ahead:
-            await wait_status(db, job.id, "queued")
+
+        # the stop gives the reservations back at once, before the running one ends
+        async def given_back() -> bool:
+            rows = [await fetch_job(db, job.id) for job in ahead]
+            return all(row["reserved_until"] is None for row in rows)
+
+        await wait_until(given_back, what="the reservations given back")
         release.set()
 
     assert started == [0, 1], "a job claimed ahead never ran after the stop"
     assert (await fetch_job(db, first.id))["status"] == "succeeded"
     for job in ahead:
         row = await fetch_job(db, job.id)
-        # no handler ran: the job may run later; its claim stays counted
-        assert (row["status"], row["reason"], row["attempts"]) == ("queued", "not started", 1)
-        assert [(e[1], e[3]) for e in await events_of(db, job.id)] == [
-            ("queued", None),
-            ("running", None),
-            ("queued", "not started"),
-        ]
+        # no handler ran: nothing was charged, nothing happened to the job
+        assert (row["status"], row["attempts"], row["worker_id"], row["lease_id"]) == (
+            "queued",
+            0,
+            None,
+            None,
+        )
+        assert await events_of(db, job.id) == [(None, "queued", 0, None)]
     await assert_history_complete_async(db)
 
 
@@ -178,11 +205,11 @@ async def test_keyed_and_at_most_once_jobs_are_never_claimed_ahead(
         await wait_status(db, first.id, "running")
         held = [await client.enqueue(t, {}, org_id="acme", **o) for t, o in held_back]
         plain = await client.enqueue("t", {}, org_id="acme")
-        await wait_status(db, plain.id, "running")
+        await wait_reserved(db, plain.id)
         await d.claimer.run_once("notify")
         for job in held:
             row = await fetch_job(db, job.id)
-            assert row["status"] == "queued"
+            assert (row["status"], row["reserved_until"]) == ("queued", None)
             assert row["dedup_key"] == job.dedup_key
         assert d.holdings.waiting == 1
         release.set()
@@ -241,13 +268,16 @@ async def test_a_job_claimed_ahead_behind_a_blocked_slot_runs_elsewhere(
     settings_a = make_settings(db_url, worker_id="a", slots=1, claim_ahead_max_wait=0.3)
     try:
         async with running_daemon(settings_a, registry) as a:
-            # a's first round: the blocker in its slot, the other claimed ahead of it
-            row = await wait_status(db, behind.id, "running")
-            assert row["worker_id"] == "a"
+            # a's first round: the blocker in its slot, the other reserved behind it
+            await wait_reserved(db, behind.id, "a")
             assert (await fetch_job(db, blocker.id))["status"] == "running"
-            # no slot of a frees: the job goes back for another daemon, unstarted
-            row = await wait_status(db, behind.id, "queued", timeout_s=5)
-            assert row["reason"] == "not started" and a.stats.given_back == 1
+
+            # no slot of a frees: the reservation is given back for another daemon
+            async def given_back() -> bool:
+                return (await fetch_job(db, behind.id))["reserved_until"] is None
+
+            await wait_until(given_back, what="the reservation given back", timeout_s=5)
+            assert a.stats.given_back == 1
             # and a claims nothing more ahead while its slot stays held: a job enqueued
             # now is b's (below: a never claims it)
             assert a.holdings.ahead_now == 0 and a.holdings.claimable == 0
@@ -256,12 +286,11 @@ async def test_a_job_claimed_ahead_behind_a_blocked_slot_runs_elsewhere(
                 for job in (behind, later):
                     row = await wait_status(db, job.id, "succeeded", timeout_s=5)
                     assert row["worker_id"] == "b"
+            # its one run is its first attempt: the reservation charged nothing
             assert await events_of(db, behind.id) == [
                 (None, "queued", 0, None),
                 ("queued", "running", 1, None),
-                ("running", "queued", 1, "not started"),
-                ("queued", "running", 2, None),
-                ("running", "succeeded", 2, None),
+                ("running", "succeeded", 1, None),
             ]
             assert [e[1] for e in await events_of(db, later.id)] == [
                 "queued",
@@ -274,23 +303,28 @@ async def test_a_job_claimed_ahead_behind_a_blocked_slot_runs_elsewhere(
     await assert_history_complete_async(db)
 
 
-async def test_a_job_claimed_ahead_starts_only_once_armed_in_the_database(
+async def test_a_reserved_job_is_running_with_its_attempt_counted_when_its_handler_starts(
     db_url: str, db: ADb, client: jobsd.Client, registry: Registry
 ) -> None:
-    # beyond a round of the slots, a claim marks the jobs it takes ahead (a crash then
-    # requeues them unrun); each handler finds its job's mark cleared when it starts
+    # every handler finds its own row running, under its lease, at the attempt it is
+    # told; and no more rows are running than the daemon has slots
     release = anyio.Event()
-    marks: dict[int, object] = {}
+    seen: dict[int, tuple[Any, ...]] = {}
+    running_rows: list[int] = []
 
     @jobsd.handler("t", registry=registry)
     async def handler(ctx: jobsd.JobContext) -> None:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
             cur = await conn.execute(
-                "SELECT claimed_ahead FROM jobsd.jobs WHERE id = %s", (ctx.id,)
+                "SELECT status, attempts, reserved_until IS NULL, "
+                "(SELECT count(*) FROM jobsd.jobs WHERE status = 'running') "
+                "FROM jobsd.jobs WHERE id = %s",
+                (ctx.id,),
             )
-            marks[ctx.payload["n"]] = (await cur.fetchone() or [None])[0]
-        if ctx.payload["n"] == 0:
-            await anyio.sleep(0.05)  # runs of 50 ms: one job at a time is armed
+            row = await cur.fetchone()
+            assert row is not None
+            seen[ctx.payload["n"]] = (row[0], row[1], ctx.attempt, row[2])
+            running_rows.append(row[3])
         if ctx.payload["n"] == 1:
             await release.wait()
 
@@ -304,18 +338,52 @@ async def test_a_job_claimed_ahead_starts_only_once_armed_in_the_database(
             [JobSpec.build("t", {"n": n}, org_id="acme") for n in (2, 3, 4)]
         )
         for job in ahead:
-            await wait_status(db, job.id, "running")
-        assert d.holdings.waiting == 3
-        # the first claimed ahead is armed by its claim (a round of the one slot), the
-        # others are marked until armed one by one as the slot turns over
-        assert [(await fetch_job(db, j.id))["claimed_ahead"] for j in ahead] == [
-            None,
-            True,
-            True,
-        ]
+            await wait_reserved(db, job.id)
+
+        async def all_held() -> bool:
+            return d.holdings.waiting == 3
+
+        await wait_until(all_held, what="three jobs held ahead")
+        rows = [await fetch_job(db, j.id) for j in ahead]
+        assert [(r["status"], r["attempts"]) for r in rows] == [("queued", 0)] * 3
         release.set()
         await _all_succeed(db, first, *ahead)
-    assert marks == {0: None, 1: None, 2: None, 3: None, 4: None}
-    for job in ahead:
-        assert (await fetch_job(db, job.id))["claimed_ahead"] is None
+    assert seen == {n: ("running", 1, 1, True) for n in range(5)}
+    assert max(running_rows) == 1, "one slot: one running row at a time"
+    await assert_history_complete_async(db)
+
+
+async def test_a_retry_policy_of_two_behind_a_long_job_gets_two_real_runs(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    # one slot held by a long job; the flaky job waits reserved behind it (and may be
+    # given back and reserved again): its two attempts are its two handler runs
+    release = anyio.Event()
+    runs: list[int] = []
+
+    @jobsd.handler("long", registry=registry)
+    async def long(ctx: jobsd.JobContext) -> None:
+        await release.wait()
+
+    @jobsd.handler("flaky", registry=registry, retry=jobsd.RetryPolicy(2, backoff=0.05))
+    async def flaky(ctx: jobsd.JobContext) -> None:
+        runs.append(ctx.attempt)
+        raise RuntimeError(f"attempt {ctx.attempt} failed")
+
+    settings = make_settings(db_url, slots=1, claim_ahead=2, claim_ahead_max_wait=0.3)
+    async with running_daemon(settings, registry) as d:
+        blocker = await client.enqueue("long", {}, org_id="acme")
+        await wait_status(db, blocker.id, "running")
+        job = await client.enqueue("flaky", {}, org_id="acme")
+        await wait_reserved(db, job.id)
+
+        async def given_back() -> bool:
+            return d.stats.given_back >= 1
+
+        await wait_until(given_back, what="the reservation given back")
+        assert (await fetch_job(db, job.id))["attempts"] == 0
+        release.set()
+        row = await wait_status(db, job.id, "failed", "succeeded", timeout_s=10)
+    assert runs == [1, 2]
+    assert (row["status"], row["attempts"]) == ("failed", 2)
     await assert_history_complete_async(db)

@@ -7,7 +7,7 @@ from typing import Any
 
 def claim_params(limit: int, worker_id: str = "w", **overrides: Any) -> dict[str, Any]:
     """Return ``jobs_claim_batch``'s parameters: every queue and type, no keys kept, no
-    limits, every job free to start (``free`` None), none armed ahead; ``overrides``
+    limits, every job free to start (``free`` None), the others reserved for a minute; ``overrides``
     replace any of them."""
     params: dict[str, Any] = {
         "limit": limit,
@@ -20,6 +20,6 @@ def claim_params(limit: int, worker_id: str = "w", **overrides: Any) -> dict[str
         "types": None,
         "at_most_once_types": [],
         "relaxed_commit": True,
-        "armed": 0,
+        "reserve_s": 60.0,
     }
     return params | overrides

@@ -4,7 +4,6 @@ daemon's slots stay held by runs that last, so another daemon should have them).
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -144,62 +143,50 @@ async def test_a_freed_slot_starts_the_waiting_job_instead_of_making_it_stale() 
     _wait(holdings)
     clock.advance(WAIT_S - 0.1)
     holdings.release_slot(run)
-    started = holdings.next_waiting()
-    assert started is not None and holdings.stale_in() is None
+    assert len(holdings.take_startable()) == 1 and holdings.stale_in() is None
 
 
-def _marked(holdings: Holdings) -> Held:
-    job = replace(_job(), claimed_ahead=True)
-    return holdings.add_waiting(job, make_context(job))
-
-
-async def test_a_job_marked_as_claimed_ahead_starts_only_once_armed() -> None:
-    holdings, clock = _holdings(slots=2, ahead=10)
+async def test_a_reserved_job_takes_a_slot_only_to_start_and_runs_under_its_new_lease() -> None:
+    holdings, _clock = _holdings(slots=2, ahead=4)
     run = _run(holdings)
-    clock.advance(0.05)  # runs of 50 ms: a round of the slots is armed at a time
+    waiting = [_wait(holdings) for _ in range(3)]
+    assert all(h.reserved for h in waiting) and holdings.running == 1
+    (taken,) = holdings.take_startable()  # one free slot: the oldest
+    assert taken is waiting[0] and holdings.free == 0 and holdings.waiting == 2
+    reservation, lease = taken.lease_id, taken.start_lease_id
+    assert lease is not None and lease in holdings.leases()
+    holdings.started(taken, 3, datetime.now(UTC))
+    assert (taken.reserved, taken.lease_id, taken.ctx.attempt) == (False, lease, 3)
+    assert (taken.job.status, taken.job.attempts) == (JobStatus.RUNNING, 3)
+    assert holdings.get(lease) is taken and holdings.get(reservation) is None
     holdings.release_slot(run)
-    assert holdings.arm_room == 2
-    armed, marked = _wait(holdings), _marked(holdings)
-    assert holdings.arm_room == 0  # a marked job waits: a claim arms nothing more
-    assert holdings.next_waiting() is armed
-    assert holdings.free == 1
-    assert holdings.next_waiting() is None  # a free slot, but the job is not armed
-    assert holdings.waiting == 1 and not marked.armed
-    assert holdings.to_arm() == [marked]
-    holdings.arm([marked], {marked.job.id})
-    assert marked.armed and not marked.lost
-    assert holdings.next_waiting() is marked
+    (refused,) = holdings.take_startable()
+    holdings.not_started(refused)  # its reservation was gone: the slot frees, no run ended
+    assert holdings.free == 1 and holdings.get(refused.lease_id) is None
+    assert holdings.running == 1
 
 
-async def test_arming_starts_at_half_the_armed_target_and_fills_it() -> None:
-    holdings, clock = _holdings(slots=4, ahead=40)
-    run = _run(holdings)
-    clock.advance(0.02)  # 20 ms runs: 4 slots start 2 jobs in 10 ms: target one round
-    holdings.release_slot(run)
-    armed = [_wait(holdings) for _ in range(3)]
-    marked = [_marked(holdings) for _ in range(6)]
-    assert holdings.to_arm() == []  # three armed of a target of four
-    for held in armed[:2]:
-        assert holdings.next_waiting() is held
-    assert holdings.to_arm() == marked[:3]  # two of four left: up to four again
-    holdings.arm(marked[:3], {h.job.id for h in marked[:2]})
-    assert marked[2].lost  # its lease was gone: it settles without running
-    assert [holdings.next_waiting() for _ in range(2)] == [armed[2], marked[0]]
+async def test_a_reserved_job_whose_reservation_was_lost_is_let_go_not_started() -> None:
+    holdings, _clock = _holdings(slots=1, ahead=2)
+    waiting = _wait(holdings)
+    holdings.mark_lost(waiting)
+    assert holdings.take_startable() == [] and holdings.waiting == 0 and len(holdings) == 0
 
 
-async def test_short_runs_arm_every_job_claimed_ahead() -> None:
-    holdings, clock = _holdings(slots=2, ahead=20)
-    run = _run(holdings)
-    clock.advance(0.0005)  # 20 jobs start within 5 ms: all of them armed by the claim
-    holdings.release_slot(run)
-    assert holdings.arm_room == 20
+async def test_booked_slots_are_taken_until_returned() -> None:
+    holdings, _clock = _holdings(slots=3, ahead=0)
+    booked = holdings.book(holdings.free)
+    assert booked == 3 and holdings.free == 0
+    job = _job()
+    holdings.add(job, make_context(job), booked=True)
+    holdings.unbook(booked - 1)
+    assert holdings.free == 2 and holdings.running == 1
 
 
-async def test_a_stop_gives_back_marked_jobs_too() -> None:
+async def test_a_stop_takes_every_reserved_job() -> None:
     holdings, _clock = _holdings(slots=1, ahead=5)
     _run(holdings)
-    armed, marked = _wait(holdings), _marked(holdings)
-    assert holdings.take_waiting() == [armed, marked]
-    assert holdings.waiting == 0 and holdings.to_arm() == []
-    holdings.arm([marked], {marked.job.id})  # an arming that answers after the stop
-    assert holdings.waiting == 0 and holdings.next_waiting() is None
+    waiting = [_wait(holdings), _wait(holdings)]
+    assert holdings.take_waiting() == waiting
+    assert holdings.waiting == 0 and holdings.take_startable() == []
+    assert len(holdings) == 1

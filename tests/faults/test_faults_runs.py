@@ -1,0 +1,152 @@
+"""What a run is: a claim whose answer was lost (T22), jobs claimed ahead of the slots
+when their daemon is killed or stopped (T24).
+
+The ledger is the truth about handler starts: every job's `attempts` must equal its
+runs in the ledger (nothing charged without a run), no job may fail without a run, and
+a daemon never has more jobs `running` than its slots (plus outcomes on their way).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness import Scenario, percentile, sized
+from proxy import Proxy
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from jobsd.dev.embedded import EmbeddedPostgres
+
+pytestmark = [pytest.mark.slow]
+
+# a text only the claim statement has
+CLAIM = b"reserved_until <= now()"
+
+
+@pytest.fixture
+def proxy(fault_cluster: EmbeddedPostgres) -> Iterator[Proxy]:
+    """A proxy in front of the module's cluster."""
+    p = Proxy("127.0.0.1", fault_cluster.port)
+    p.start()
+    yield p
+    p.close()
+
+
+def _via(url: str, port: int) -> str:
+    params = conninfo_to_dict(url)
+    params.update(host="127.0.0.1", port=str(port), sslmode="disable", gssencmode="disable")
+    return make_conninfo("", **params)
+
+
+def _charges(scenario: Scenario) -> tuple[int, int]:
+    """Return (attempts charged beyond the ledger's runs, jobs failed with no run)."""
+    runs = scenario.runs()
+    rows: list[tuple[Any, ...]] = scenario.rows("SELECT id, status, attempts FROM jobsd.jobs")
+    charged = failed_unrun = 0
+    for job_id, status, attempts in rows:
+        started = len(runs.get(str(job_id), []))
+        charged += max(attempts - started, 0)
+        failed_unrun += status == "failed" and started == 0
+    return charged, failed_unrun
+
+
+def _reserved(scenario: Scenario) -> int:
+    return int(
+        scenario.scalar(
+            "SELECT count(*) FROM jobsd.jobs WHERE status = 'queued' AND reserved_until > now()"
+        )
+    )
+
+
+@pytest.mark.scenario("T22", "a claim commits and its answer is lost; the daemon reconciles")
+@pytest.mark.timeout(120)
+def test_t22_lost_claim_answer(scenario: Scenario, proxy: Proxy) -> None:
+    # a stale sweep 10 minutes away: only the daemon's own reconciliation can save them
+    daemon = scenario.daemon(
+        url=_via(scenario.url, proxy.port), JOBSD_STALE_AFTER="600", JOBSD_SLOTS="4"
+    )
+    rounds = sized(quick=3, full=10)
+    waits: list[float] = []
+    for _ in range(rounds):
+        proxy.arm_ambiguous(CLAIM, 1)
+        t0 = time.monotonic()
+        ids = scenario.enqueue(8, types=("work", "once"), ms=20)
+        scenario.wait_settled(timeout_s=30)
+        waits.append(time.monotonic() - t0)
+        proxy.arm_ambiguous(b"", 0)
+        assert all(uuid.UUID(str(i)) in scenario.acked for i in ids)
+    scenario.stop(daemon)
+    audit = scenario.audit()
+    charged, failed_unrun = _charges(scenario)
+    scenario.record(answers_cut=proxy.triggered, rounds=rounds)
+    scenario.expect_clean(audit)
+    scenario.expect("answers_cut", proxy.triggered, ">=", rounds)
+    scenario.expect("failed_without_run", failed_unrun, "==", 0)
+    scenario.expect("charged_without_run", charged, "==", 0)
+    scenario.expect("succeeded", audit.by_status.get("succeeded", 0), "==", audit.jobs)
+    scenario.expect("round_s_p99", round(percentile(waits, 0.99) or 0.0, 2), "<=", 10.0)
+    scenario.verdict()
+
+
+def _held_ahead(scenario: Scenario, **settings: str) -> tuple[Any, list[uuid.UUID], int]:
+    """Start a one-slot daemon, let it hold a long at-most-once run and reserve five jobs
+    behind it; return the daemon, the reserved ids and the most rows it had running."""
+    daemon = scenario.daemon(
+        JOBSD_SLOTS="1", JOBSD_CLAIM_AHEAD_MAX_WAIT="4", JOBSD_DRAIN_TIMEOUT="1", **settings
+    )
+    scenario.enqueue(1, types=("work",), ms=10)  # a short run: claiming ahead goes on
+    scenario.wait_settled(timeout_s=15)
+    scenario.enqueue(1, types=("once",), ms=30_000)
+    scenario.wait_running(1, worker_pid=daemon.pid)
+    ahead = scenario.enqueue(5, types=("work",), ms=10)
+    most_running = 0
+    deadline = time.monotonic() + 10
+    while True:
+        most_running = max(most_running, scenario.count_status("running", worker_pid=daemon.pid))
+        if _reserved(scenario) == len(ahead):
+            return daemon, ahead, most_running
+        assert time.monotonic() < deadline, "the jobs were not reserved"
+        time.sleep(0.02)
+
+
+@pytest.mark.scenario("T24", "jobs claimed ahead when their daemon is killed, then stopped")
+@pytest.mark.timeout(120)
+def test_t24_claimed_ahead_and_given_back(scenario: Scenario) -> None:
+    # kill -9 with jobs reserved: they lapse, queued, charged nothing
+    victim, ahead, most = _held_ahead(scenario)
+    attempts = scenario.rows("SELECT attempts FROM jobsd.jobs WHERE id = ANY(%s)", (ahead,))
+    t_kill = scenario.kill(victim)
+    survivor = scenario.daemon()
+    scenario.wait_settled(timeout_s=30)
+    recovery_s = time.monotonic() - t_kill
+    scenario.stop(survivor)
+    # SIGTERM with jobs reserved: given back at once, queued, charged nothing
+    stopped, _, most_2 = _held_ahead(scenario)
+    stopped.send(signal.SIGTERM)
+    given_back_s = None
+    t_term = time.monotonic()
+    while time.monotonic() - t_term < 5:
+        if _reserved(scenario) == 0:
+            given_back_s = time.monotonic() - t_term
+            break
+        time.sleep(0.02)
+    assert stopped.wait(20) == 0
+    survivor = scenario.daemon()
+    scenario.wait_settled(timeout_s=30)
+    scenario.stop(survivor)
+    audit = scenario.audit()
+    charged, failed_unrun = _charges(scenario)
+    scenario.record(reserved_at_kill=len(ahead), recovery_s=round(recovery_s, 2))
+    scenario.expect_clean(audit)
+    scenario.expect("attempts_while_reserved", sum(a for (a,) in attempts), "==", 0)
+    scenario.expect("charged_without_run", charged, "==", 0)
+    scenario.expect("failed_without_run", failed_unrun, "==", 0)
+    scenario.expect("running_rows_max", max(most, most_2), "<=", 1)
+    scenario.expect(
+        "given_back_s", round(given_back_s, 2) if given_back_s is not None else None, "<=", 1.0
+    )
+    scenario.verdict()

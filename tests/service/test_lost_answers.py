@@ -1,0 +1,117 @@
+"""A claim or a start whose answer never reaches the daemon: it committed, the
+connection broke. The daemon finds out what it owns and runs it; nothing waits for the
+stale sweep, nothing fails without a run, nothing is charged twice."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import anyio
+import pytest
+from faults.proxy import Proxy
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support.history import assert_history_complete_async
+
+import jobsd
+from jobsd.client import JobSpec
+from jobsd.registry import Registry
+
+from .conftest import (
+    ADb,
+    events_of,
+    fetch_job,
+    make_settings,
+    running_daemon,
+    wait_status,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+# a text only the claim statement has, and one only the start of reserved jobs has
+CLAIM = b"reserved_until <= now()"
+START = b"new_lease_id"
+
+
+@pytest.fixture
+def proxy(db_url: str) -> Iterator[Proxy]:
+    """A proxy in front of the test's server."""
+    params = conninfo_to_dict(db_url)
+    p = Proxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    p.start()
+    yield p
+    p.close()
+
+
+def via(db_url: str, proxy: Proxy) -> str:
+    """Return ``db_url`` reaching the same database through ``proxy``, without TLS."""
+    params = conninfo_to_dict(db_url)
+    params.update(host="127.0.0.1", port=str(proxy.port), sslmode="disable")
+    return make_conninfo("", **params)
+
+
+async def test_jobs_of_a_claim_whose_answer_was_lost_run_at_once_and_uncharged(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry, proxy: Proxy
+) -> None:
+    runs: list[tuple[uuid.UUID, int]] = []
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        runs.append((ctx.id, ctx.attempt))
+
+    # a stale sweep is ten minutes away: only the daemon's own check can save the jobs
+    settings = make_settings(via(db_url, proxy), slots=3, claim_ahead=0, stale_after=600.0)
+    async with running_daemon(settings, registry):
+        proxy.arm_ambiguous(CLAIM, 1)
+        jobs = await client.enqueue_many(
+            [JobSpec.build("t", {"n": n}, org_id="acme") for n in range(3)]
+        )
+        with anyio.fail_after(10):
+            for job in jobs:
+                await wait_status(db, job.id, "succeeded", "failed")
+        assert proxy.triggered == 1, "the claim's answer was dropped"
+    assert sorted(runs) == sorted((job.id, 1) for job in jobs), "each ran once, attempt 1"
+    for job in jobs:
+        row = await fetch_job(db, job.id)
+        assert (row["status"], row["attempts"]) == ("succeeded", 1)
+        assert [e[1] for e in await events_of(db, job.id)] == ["queued", "running", "succeeded"]
+    await assert_history_complete_async(db)
+
+
+async def test_a_start_whose_answer_was_lost_is_confirmed_and_runs_once(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry, proxy: Proxy
+) -> None:
+    release = anyio.Event()
+    runs: list[tuple[str, int]] = []
+
+    @jobsd.handler("t", registry=registry)
+    async def handler(ctx: jobsd.JobContext) -> None:
+        runs.append((ctx.payload["name"], ctx.attempt))
+        if ctx.payload["name"] == "blocker":
+            await release.wait()
+
+    settings = make_settings(via(db_url, proxy), slots=1, claim_ahead=2, claim_ahead_max_wait=10.0)
+    async with running_daemon(settings, registry) as d:
+        warm = await client.enqueue("t", {"name": "warm"}, org_id="acme")
+        await wait_status(db, warm.id, "succeeded")
+        blocker = await client.enqueue("t", {"name": "blocker"}, org_id="acme")
+        await wait_status(db, blocker.id, "running")
+        behind = await client.enqueue("t", {"name": "behind"}, org_id="acme")
+
+        async def held_ahead() -> bool:
+            return d.holdings.waiting == 1
+
+        await wait_until(held_ahead, what="the job held ahead")
+        proxy.arm_ambiguous(START, 1)
+        release.set()
+        row = await wait_status(db, behind.id, "succeeded", "failed")
+        assert proxy.triggered == 1, "the start's answer was dropped"
+    assert row["status"] == "succeeded" and row["attempts"] == 1
+    assert runs == [("warm", 1), ("blocker", 1), ("behind", 1)]
+    assert [e[1:3] for e in await events_of(db, behind.id)] == [
+        ("queued", 0),
+        ("running", 1),
+        ("succeeded", 1),
+    ]
+    await assert_history_complete_async(db)
