@@ -172,6 +172,17 @@ class Job:
         a claim's hundreds of rows, without a dict and keywords per row."""
         return cls(*row[:4], STATUS_BY_VALUE[row[4]], *row[5:23])  # type: ignore[call-arg]
 
+    def started(self, attempts: int, lease_id: uuid.UUID, started_at: datetime) -> Job:
+        """Return this reserved job as its start wrote it: running, at attempt
+        ``attempts``, under ``lease_id`` (built positionally: once per started job)."""
+        return Job(
+            self.id, self.org_id, self.type, self.queue, JobStatus.RUNNING, attempts,
+            self.dedup_key, self.payload, self.progress, self.report, self.error, None,
+            self.run_after, lease_id, self.worker_id, self.created_at, started_at,
+            self.finished_at, self.cancel_requested_at, self.priority, self.concurrency_key,
+            self.trace_context, None,
+        )  # fmt: skip
+
     @property
     def reservation(self) -> datetime | None:
         """Return when the job's reservation ends while it is queued and reserved."""

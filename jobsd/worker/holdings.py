@@ -6,13 +6,13 @@ from __future__ import annotations
 import uuid
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import anyio
 
 from jobsd.context import JobContext
-from jobsd.models import Job, JobStatus
+from jobsd.models import Job
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["AHEAD_EXPECTED_WAIT_SHARE", "AHEAD_MAX_WAIT_S", "Held", "Holdings"]
@@ -224,15 +224,7 @@ class Holdings:
         held.lease_id = lease_id
         held.start_lease_id = None
         held.reserved = False
-        held.job = replace(
-            held.job,
-            status=JobStatus.RUNNING,
-            attempts=attempts,
-            lease_id=lease_id,
-            started_at=started_at,
-            reserved_until=None,
-            reason=None,
-        )
+        held.job = held.job.started(attempts, lease_id, started_at)
         held.ctx.attempt = attempts
         self._held[lease_id] = held
 

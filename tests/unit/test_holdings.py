@@ -4,6 +4,7 @@ daemon's slots stay held by runs that last, so another daemon should have them).
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -190,3 +191,32 @@ async def test_a_stop_takes_every_reserved_job() -> None:
     assert holdings.take_waiting() == waiting
     assert holdings.waiting == 0 and holdings.take_startable() == []
     assert len(holdings) == 1
+
+
+def test_a_started_job_is_the_reserved_one_with_its_start_applied() -> None:
+    # Job.started builds the job positionally: every other field must come through
+    reserved = replace(
+        _job(),
+        status=JobStatus.QUEUED,
+        attempts=2,
+        reason="due",
+        dedup_key="d",
+        progress={"done": 1},
+        report={"r": 1},
+        error="e",
+        cancel_requested_at=datetime.now(UTC),
+        priority=-3,
+        concurrency_key="k",
+        trace_context={"traceparent": "x"},
+        reserved_until=datetime.now(UTC),
+    )
+    lease, at = uuid.uuid4(), datetime.now(UTC)
+    assert reserved.started(3, lease, at) == replace(
+        reserved,
+        status=JobStatus.RUNNING,
+        attempts=3,
+        lease_id=lease,
+        started_at=at,
+        reason=None,
+        reserved_until=None,
+    )
