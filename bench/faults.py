@@ -349,7 +349,7 @@ def render(lines: list[dict[str, Any]], args: argparse.Namespace, wall_s: float)
     parts = [
         "# Reliability: what jobsd survives, measured",
         "",
-        "The fault campaign of issue 18: every scenario of the plan (T1-T21) this machine can",
+        "The fault campaign: every scenario of the plan (T1-T24) this machine can",
         "run, each driving real `jobsd run` daemons (and `jobsd api`) against a real",
         "throwaway Postgres, each ending with an audit against a ground-truth ledger kept",
         "outside jobsd's tables. How it works, how to run it and what each figure means:",

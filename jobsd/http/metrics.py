@@ -200,6 +200,12 @@ class JobsdCollector(Collector):
             "jobsd_slots_busy", "Handlers running in this daemon.", value=daemon.holdings.running
         )
         yield GaugeMetricFamily(
+            "jobsd_jobs_reserved",
+            "Jobs this daemon reserved ahead of its free slots: queued, started when a slot "
+            "frees.",
+            value=daemon.holdings.waiting,
+        )
+        yield GaugeMetricFamily(
             "jobsd_listen_connected",
             "1 if the daemon's LISTEN connection is up.",
             value=int(daemon.listener.connected),

@@ -106,6 +106,27 @@ def test_enqueue_prints_the_id_alone_and_wait_exit_codes(
     assert_history_complete(conn)
 
 
+def test_status_shows_a_reservation_while_the_job_is_queued(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    env = make_env(db_url)
+    made = run_cli("enqueue", "noop", "--org", "acme", env=env)
+    assert made.returncode == 0, made.stderr
+    job_id = made.stdout.strip()
+    conn.execute(
+        "UPDATE jobsd.jobs SET worker_id = 'host:42:a', lease_id = gen_random_uuid(), "
+        "reserved_until = now() + interval '2 seconds' WHERE id = %s",
+        (job_id,),
+    )
+    text = run_cli("status", job_id, env=env)
+    assert text.returncode == 0, text.stderr
+    lines = {line.split("  ", 1)[0]: line for line in text.stdout.splitlines()}
+    assert "queued" in lines["status"]
+    assert "by host:42:a until" in lines["reserved"]
+    shown = json.loads(run_cli("status", job_id, "--json", env=env).stdout)
+    assert shown["reserved_until"] is not None
+
+
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [

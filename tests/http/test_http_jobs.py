@@ -66,6 +66,31 @@ async def test_submit_without_workers_answers_202_queued_and_history(
         ]
 
 
+async def test_get_and_list_show_a_reservation_only_while_the_job_is_queued(
+    db_url: str, token_a: str
+) -> None:
+    async with running_api(settings_for(db_url)) as api:
+        job_id = (await submit(api, token_a)).json()["id"]
+        r = await api.client.get(f"/jobs/{job_id}", headers=bearer(token_a))
+        assert r.json()["reserved_until"] is None
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE jobsd.jobs SET worker_id = 'w', lease_id = gen_random_uuid(), "
+                "reserved_until = now() + interval '2 seconds' WHERE id = %s",
+                (job_id,),
+            )
+        got = (await api.client.get(f"/jobs/{job_id}", headers=bearer(token_a))).json()
+        assert (got["status"], got["attempts"]) == ("queued", 0)
+        assert got["reserved_until"] is not None
+        listed = (await api.client.get("/jobs", headers=bearer(token_a))).json()
+        assert [j["reserved_until"] is not None for j in listed["jobs"]] == [True]
+        assert (
+            await api.client.post(f"/jobs/{job_id}/cancel", headers=bearer(token_a))
+        ).status_code == 200
+        got = (await api.client.get(f"/jobs/{job_id}", headers=bearer(token_a))).json()
+        assert (got["status"], got["reserved_until"]) == ("cancelled", None)
+
+
 async def test_run_after_in_the_future_is_scheduled(db_url: str, token_a: str) -> None:
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     async with running_api(settings_for(db_url)) as api:

@@ -256,6 +256,27 @@ async def test_the_job_page_shows_payload_progress_error_and_history(
         assert (await api.client.get("/ui/jobs/not-a-uuid")).status_code == 404
 
 
+async def test_the_job_page_shows_a_reservation_while_the_job_is_queued(
+    db_url: str, token_a: str
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job = make_job(conn, org_id="acme")
+        conn.execute(
+            "UPDATE jobsd.jobs SET worker_id = 'host:42:a', lease_id = gen_random_uuid(), "
+            "reserved_until = now() + interval '2 seconds' WHERE id = %s",
+            (job,),
+        )
+    async with running_api(settings_for(db_url)) as api:
+        await login(api.client, token_a)
+        html = (await api.client.get(f"/ui/jobs/{job}")).text
+        assert "<dt>reserved</dt><dd>by <code>host:42:a</code> until" in html
+        assert '<span class="state queued">queued</span>' in html
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("UPDATE jobsd.jobs SET status = 'cancelled' WHERE id = %s", (job,))
+        # a job cancelled while reserved keeps the column: no reservation is shown
+        assert "<dt>reserved</dt>" not in (await api.client.get(f"/ui/jobs/{job}")).text
+
+
 async def test_cancel_needs_the_csrf_token_and_is_recorded_with_its_actor(
     db_url: str, token_a: str
 ) -> None:

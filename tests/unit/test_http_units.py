@@ -136,7 +136,9 @@ class FakeDaemon:
     settings: Settings = field(default_factory=lambda: Settings(database_url="x"))
     stats: FakeStats = field(default_factory=FakeStats)
     listener: object = field(default_factory=lambda: type("L", (), {"connected": True})())
-    holdings: object = field(default_factory=lambda: type("H", (), {"slots": 10, "running": 3})())
+    holdings: object = field(
+        default_factory=lambda: type("H", (), {"slots": 10, "running": 3, "waiting": 7})()
+    )
 
 
 def test_collector_exports_daemon_counters_and_the_run_time_histogram() -> None:
@@ -154,6 +156,7 @@ def test_collector_exports_daemon_counters_and_the_run_time_histogram() -> None:
     assert values[("jobsd_wakeups_total", (("cause", "poll"),))] == 5
     assert values[("jobsd_claimed_ahead_given_back_total", ())] == 2
     assert values[("jobsd_slots_busy", ())] == 3
+    assert values[("jobsd_jobs_reserved", ())] == 7
     assert values[("jobsd_database_up", ())] == 0  # not started: no depth query ran
     assert math.isnan(values[("jobsd_seconds_since_last_notify", ())])
     buckets = {
