@@ -201,8 +201,7 @@ class JobsdCollector(Collector):
         )
         yield GaugeMetricFamily(
             "jobsd_jobs_reserved",
-            "Jobs this daemon reserved ahead of its free slots: queued, started when a slot "
-            "frees.",
+            "Jobs this daemon reserved ahead of its free slots: queued, started when a slot frees.",
             value=daemon.holdings.waiting,
         )
         yield GaugeMetricFamily(

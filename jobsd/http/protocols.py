@@ -35,6 +35,11 @@ class HoldingsView(Protocol):
         """Return the number of handlers running."""
         ...
 
+    @property
+    def waiting(self) -> int:
+        """Return the number of jobs reserved ahead of the slots, not started."""
+        ...
+
 
 class StatsView(Protocol):
     """The daemon's counters (``jobsd.worker.stats.DaemonStats``)."""

@@ -282,15 +282,18 @@ async def finish_batch(
     rows: Sequence[FinishRow],
     *,
     before_commit: Callable[[], object] | None = None,
+    confirm: bool = False,
 ) -> dict[uuid.UUID, Finished]:
     """Write many outcomes in one statement; return what each written one became, by id.
 
     An id missing from the result had lost its lease: that outcome was discarded.
     ``before_commit`` (a fault point) runs after the statement, inside its transaction.
+    ``confirm`` (the same outcomes again, after an answer that never came) also returns
+    the ones an earlier try wrote.
     """
     if not rows:
         return {}
-    params = {"results": _results_json(rows)}
+    params = {"results": _results_json(rows), "confirm": confirm}
     with db_errors(f"finish of {len(rows)} jobs"):
         result = await _run_before_commit(conn, "jobs_finish_batch", params, before_commit)
     # RETURNING holds Finished's fields in their order

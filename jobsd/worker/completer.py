@@ -57,6 +57,8 @@ class _Result:
     outcome: Outcome
     progress: dict[str, Any] | None
     """the run's last progress, taken once: a retried write must carry it again"""
+    tried: bool = False
+    """a write of it was sent and its answer never came: it may be in the database"""
 
 
 @dataclass(eq=False, repr=False)
@@ -137,10 +139,16 @@ class Completer:
 
     async def _write(self, batch: list[_Result]) -> None:
         rows = [_finish_row(r) for r in batch]
+        # after a write whose answer never came, the next one finds what it wrote
+        confirm = any(r.tried for r in batch)
         try:
             async with acquire(self.pool, "finish") as conn:
-                written = await queries.finish_batch(conn, rows, before_commit=self._fault(batch))
+                written = await queries.finish_batch(
+                    conn, rows, before_commit=self._fault(batch), confirm=confirm
+                )
         except BackendUnavailable:
+            for result in batch:
+                result.tried = True
             raise
         except (DatabaseError, InvalidPayload) as exc:
             # poison, not an outage (store.db.is_unavailable): the same rows would

@@ -294,8 +294,11 @@ WHERE j.status = 'running' AND j.worker_id = %(worker_id)s
 -- Write many outcomes in one statement, each conditioned on its lease. A result
 -- whose lease is gone is not applied and its id is not returned. An outcome may
 -- also be non-terminal (back to queued after an interrupted run, or scheduled for a
--- retry `delay_s` from now on the database clock): then the dedup key is kept and the
--- lease is dropped. Only the columns the outcome changed come back (the daemon has
+-- retry `delay_s` from now on the database clock): then the dedup key is kept. The
+-- row keeps the run's lease (the next claim writes a new one; nothing but a running
+-- row takes a worker's write), so that a write tried again after its answer was lost
+-- (`confirm`) finds the rows the first try wrote: same lease, the outcome's status.
+-- Only the columns the outcome changed come back (the daemon has
 -- the rest): decoding whole rows was a fifth of the daemon's CPU per job.
 -- The outcomes are read through jobsd.outcome_rows (migration 0020), which tells the
 -- planner a batch is small: one primary-key lookup per outcome.
@@ -306,11 +309,10 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
     finished_at = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN now() END,
     dedup_key = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN NULL
                      ELSE j.dedup_key END,
-    lease_id = CASE WHEN r.status = 'running' THEN j.lease_id
-                    WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN j.lease_id END,
     run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after)
 FROM jobsd.outcome_rows(%(results)s::jsonb) AS r
-WHERE j.id = r.id AND j.lease_id = r.lease_id AND j.status = 'running'
+WHERE j.id = r.id AND j.lease_id = r.lease_id
+  AND (j.status = 'running' OR (%(confirm)s AND j.status = r.status))
 -- in the order of store.queries.Finished's fields, which is built positionally
 RETURNING j.id, j.type, j.status, j.concurrency_key, j.dedup_key, j.lease_id, j.error,
           j.reason, j.progress, j.finished_at, j.run_after;

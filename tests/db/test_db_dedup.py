@@ -138,7 +138,8 @@ def test_holder_finished_between_conflict_and_reread(conn: psycopg.Connection[An
                 {
                     "results": json.dumps(
                         [{"id": str(holder.id), "lease_id": str(lease), "status": "succeeded"}]
-                    )
+                    ),
+                    "confirm": False,
                 },
             )
             assert [r["dedup_key"] for r in done] == [None]

@@ -171,7 +171,7 @@ async def test_promote_writes_scheduled_to_queued(aconn: Conn, conn: Any) -> Non
     assert history(conn, other.id) == [(None, "scheduled", 0, None, None)]
 
 
-async def test_non_terminal_outcomes_keep_the_key_and_drop_the_lease(
+async def test_non_terminal_outcomes_keep_the_key_and_the_runs_lease(
     aconn: Conn, conn: Any
 ) -> None:
     await aconn.execute("INSERT INTO jobsd.queues (name) VALUES ('a'), ('b')")
@@ -191,9 +191,18 @@ async def test_non_terminal_outcomes_keep_the_key_and_drop_the_lease(
         ],
     )
 
-    for job_id, status in ((stopped.id, "queued"), (retried.id, "scheduled")):
-        again = written[job_id]
-        assert (again.status, again.lease_id, again.finished_at) == (status, None, None)
+    for run, status in ((stopped_run, "queued"), (retried_run, "scheduled")):
+        again = written[run.id]
+        # the run's lease stays (a write tried again finds it); the next claim writes
+        # a new one, and nothing but a running row takes a worker's write
+        assert (again.status, again.lease_id, again.finished_at) == (status, run.lease_id, None)
+    late = _finish(stopped_run, "succeeded")
+    assert await queries.finish_batch(aconn, [late]) == {}
+    # the same write again, after an answer that never came: found, changed nothing
+    again = _finish(stopped_run, "queued", reason="shutdown", progress={"page": 4})
+    confirmed = await queries.finish_batch(aconn, [again, late], confirm=True)
+    assert {k: v.status for k, v in confirmed.items()} == {stopped.id: "queued"}
+    assert history(conn, stopped.id)[-1] == ("running", "queued", 1, "w1", "shutdown")
     assert written[stopped.id].dedup_key == "site-1"
     assert written[retried.id].dedup_key == "site-2"
     assert written[stopped.id].progress == {"page": 4}

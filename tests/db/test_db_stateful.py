@@ -236,7 +236,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "delay_s": delay,
             }
         ]
-        written = self._run("jobs_finish_batch", {"results": json.dumps(results)})
+        written = self._run("jobs_finish_batch", {"results": json.dumps(results), "confirm": False})
         if stale:
             assert not written, "a stale owner's result was applied"
 
@@ -265,7 +265,9 @@ class JobsMachine(RuleBasedStateMachine):
                     "status": "cancelled",
                     "reason": "cancel requested",
                 }
-                assert self._run("jobs_finish_batch", {"results": json.dumps([cancelled])})
+                assert self._run(
+                    "jobs_finish_batch", {"results": json.dumps([cancelled]), "confirm": False}
+                )
                 continue
             kept.append((job_id, lease_id))
         self.held[worker] = kept

@@ -115,3 +115,36 @@ async def test_a_start_whose_answer_was_lost_is_confirmed_and_runs_once(
         ("succeeded", 1),
     ]
     await assert_history_complete_async(db)
+
+
+# a text only the outcome statement has
+FINISH = b"outcome_rows"
+
+
+async def test_a_finish_whose_answer_was_lost_is_not_discarded_and_its_hooks_run(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry, proxy: Proxy
+) -> None:
+    failed: list[uuid.UUID] = []
+
+    @jobsd.handler("t", registry=registry, on_fail=lambda job: failed.append(job.id))
+    async def handler(ctx: jobsd.JobContext) -> None:
+        if ctx.payload["fail"]:
+            raise RuntimeError("boom")
+
+    settings = make_settings(via(db_url, proxy), slots=2, claim_ahead=0)
+    async with running_daemon(settings, registry) as d:
+        proxy.arm_ambiguous(FINISH, 1)
+        jobs = [await client.enqueue("t", {"fail": f}, org_id="acme") for f in (True, False)]
+        rows = [await wait_status(db, job.id, "succeeded", "failed") for job in jobs]
+
+        async def hooked() -> bool:
+            return failed == [jobs[0].id]
+
+        await wait_until(hooked, what="the on_fail hook of the failed job")
+        assert proxy.triggered == 1, "an outcome's answer was dropped"
+        assert d.stats.discarded == 0
+    assert [r["status"] for r in rows] == ["failed", "succeeded"]
+    for job in jobs:
+        reasons = [e[3] for e in await events_of(db, job.id)]
+        assert not any((r or "").startswith("result discarded") for r in reasons), reasons
+    await assert_history_complete_async(db)
