@@ -126,8 +126,11 @@ class Recoverer:
                 elif job.attempts < spec.max_attempts:
                     status, reason, error = "queued", "recovered: rerun", None
                 else:
-                    status, reason = "failed", "max attempts exceeded"
-                    error = "max attempts exceeded"
+                    status = "failed"
+                    reason = error = (
+                        "max attempts exceeded: the recover hook asked for a rerun at "
+                        f"attempt {job.attempts} of {spec.max_attempts}"
+                    )
             case _:
                 assert_never(answer.action)
         async with acquire(self.pool, "recover") as conn:

@@ -329,9 +329,10 @@ SELECT now() AS now;
 -- until its first heartbeat, never by the previous run's; a null threshold checks only
 -- the dead). What happens follows the type's delivery:
 -- at_least_once goes back to queued while attempts remain, else fails with
--- 'max attempts exceeded'; at_most_once never runs again: it fails with 'worker
--- lost', or, when its type has a recover hook (delivery passed as 'recover'),
--- recovery_required for the hook to settle. A job with a cancel request pending is
+-- 'max attempts exceeded: owner died at attempt 3 of 3' (or 'stale heartbeat');
+-- at_most_once never runs again: it fails with 'worker lost' (its error says why and
+-- at which attempt), or, when its type has a recover hook (delivery passed as
+-- 'recover'), recovery_required for the hook to settle. A job with a cancel request pending is
 -- cancelled instead. Types the
 -- sweeper does not know get the defaults. `only` (when not null) limits the sweep to
 -- that job: the sweeper's one-by-one pass after the database refused a whole one.
@@ -354,7 +355,13 @@ decided AS (
               WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
                 THEN 'requeue'
               ELSE 'exhausted' END AS verdict,
-         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why
+         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why,
+         -- the cause, kept in the error (and, when the job fails, its history)
+         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END
+           || ' at attempt ' || s.attempts || CASE
+             WHEN coalesce(l.delivery, 'at_least_once') = 'at_least_once'
+               THEN ' of ' || coalesce(l.max_attempts, %(default_max_attempts)s) ELSE '' END
+           AS cause
   FROM stale AS s
   LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[], %(deliveries)s::text[])
     AS l(type, max_attempts, delivery)
@@ -365,11 +372,11 @@ SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'can
     reason = CASE d.verdict WHEN 'requeue' THEN d.why
                             WHEN 'lost' THEN 'worker lost' WHEN 'recover' THEN 'worker lost'
                             WHEN 'cancel' THEN 'cancel requested'
-                            ELSE 'max attempts exceeded' END,
+                            ELSE 'max attempts exceeded: ' || d.cause END,
     error = CASE d.verdict WHEN 'requeue' THEN j.error WHEN 'cancel' THEN j.error
-                           WHEN 'recover' THEN 'worker lost'
-                           WHEN 'lost' THEN 'worker lost'
-                           ELSE 'max attempts exceeded' END,
+                           WHEN 'recover' THEN 'worker lost: ' || d.cause
+                           WHEN 'lost' THEN 'worker lost: ' || d.cause
+                           ELSE 'max attempts exceeded: ' || d.cause END,
     finished_at = CASE WHEN d.verdict IN ('requeue', 'recover') THEN NULL ELSE now() END,
     dedup_key = CASE WHEN d.verdict IN ('requeue', 'recover') THEN j.dedup_key END,
     lease_id = NULL

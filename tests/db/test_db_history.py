@@ -102,15 +102,14 @@ async def test_sweep_requeues_then_fails_with_the_sweeper_as_actor(aconn: Conn, 
     await _claim_one(aconn, "w2", job)
     failed = await _sweep(aconn, after=timedelta(hours=1), max_attempts={"crawl": 2})
 
-    assert [(j.status, j.error, j.attempts) for j in failed] == [
-        ("failed", "max attempts exceeded", 2)
-    ]
+    exhausted = "max attempts exceeded: stale heartbeat at attempt 2 of 2"
+    assert [(j.status, j.error, j.attempts) for j in failed] == [("failed", exhausted, 2)]
     assert history(conn, job.id) == [
         (None, "queued", 0, None, None),
         ("queued", "running", 1, "w1", None),
         ("running", "queued", 1, "sweeper-1", "stale heartbeat"),
         ("queued", "running", 2, "w2", None),
-        ("running", "failed", 2, "sweeper-1", "max attempts exceeded"),
+        ("running", "failed", 2, "sweeper-1", exhausted),
     ]
 
 
@@ -122,7 +121,13 @@ async def test_unknown_type_gets_the_default_max_attempts(aconn: Conn, conn: Any
 
     assert [j.status for j in failed] == ["failed"]
     last = history(conn, job.id)[-1]
-    assert last == ("running", "failed", 1, "sweeper-1", "max attempts exceeded")
+    assert last == (
+        "running",
+        "failed",
+        1,
+        "sweeper-1",
+        "max attempts exceeded: stale heartbeat at attempt 1 of 1",
+    )
 
 
 async def test_a_fresh_heartbeat_keeps_a_job_from_the_sweeper(aconn: Conn, conn: Any) -> None:

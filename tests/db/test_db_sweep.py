@@ -186,7 +186,9 @@ async def test_the_sweep_leaves_reserved_jobs_alone_and_an_ended_reservation_is_
     started, *ahead = await _claim_one_started_two_ahead(aconn)
     late = datetime.now(UTC) + timedelta(seconds=STALE_S + 1)
     swept = {j.id: (j.status, j.reason) for j in await _sweep(aconn, now=late)}
-    assert swept == {started.id: ("failed", "max attempts exceeded")}
+    assert swept == {
+        started.id: ("failed", "max attempts exceeded: stale heartbeat at attempt 1 of 1")
+    }
     conn.execute(
         "UPDATE jobsd.jobs SET reserved_until = now() - interval '1 second' WHERE id = %s",
         (ahead[0].id,),

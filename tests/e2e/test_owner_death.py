@@ -72,7 +72,7 @@ def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
         ("running", "failed", 1, "worker lost"),
     ]
     row = conn.execute("SELECT error FROM jobsd.jobs WHERE id = %s", (once.id,)).fetchone()
-    assert row == ("worker lost",)
+    assert row == ("worker lost: owner died at attempt 1",)
     # the at_most_once job ran once, though its type allows 3 attempts
     assert scalar(conn, "SELECT count(*) FROM e2e_runs WHERE job_id = %s", (once.id,)) == 1
 
@@ -127,7 +127,12 @@ def test_kill_9_leaves_jobs_claimed_ahead_queued_and_uncharged(
         ]
     # the run that had started is charged: its owner died
     wait_status(conn, running.id, "failed", timeout_s=15)
-    assert _history(conn, running.id)[-1] == ("running", "failed", 1, "max attempts exceeded")
+    assert _history(conn, running.id)[-1] == (
+        "running",
+        "failed",
+        1,
+        "max attempts exceeded: owner died at attempt 1 of 1",
+    )
     second.send(signal.SIGTERM)
     assert second.wait(20) == 0
     assert_history_complete(conn)

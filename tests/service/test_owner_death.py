@@ -67,7 +67,7 @@ async def test_a_worker_whose_lock_is_free_is_dead_and_its_jobs_are_rescued_at_o
     assert (lost["status"], lost["reason"], lost["error"]) == (
         "failed",
         "worker lost",
-        "worker lost",
+        "worker lost: owner died at attempt 1",
     )
     assert lost["lease_id"] is None
     await assert_history_complete_async(db)
@@ -125,7 +125,13 @@ async def test_a_stale_at_most_once_job_fails_as_worker_lost_whatever_its_attemp
         later = datetime.now(UTC) + timedelta(seconds=200)
         assert await daemon.sweeper.sweep_stale(now=later) == {"failed": 2}
     assert (await events_of(db, once))[-1] == ("running", "failed", 1, "worker lost")
-    assert (await events_of(db, again))[-1] == ("running", "failed", 3, "max attempts exceeded")
+    # the cause survives exhaustion: which, at which attempt of how many
+    assert (await events_of(db, again))[-1] == (
+        "running",
+        "failed",
+        3,
+        "max attempts exceeded: stale heartbeat at attempt 3 of 3",
+    )
     await assert_history_complete_async(db)
 
 

@@ -140,15 +140,15 @@ async def test_zombie_at_the_cap_fails_for_good_and_the_queue_goes_on(
 
     dead = await fetch_job(db, capped)
     assert dead["status"] == "failed"
-    assert dead["error"] == "max attempts exceeded"
-    assert dead["reason"] == "max attempts exceeded"
+    exhausted = "max attempts exceeded: stale heartbeat at attempt 3 of 3"
+    assert (dead["error"], dead["reason"]) == (exhausted, exhausted)
     assert dead["attempts"] == 3
     assert dead["lease_id"] is None
     assert dead["finished_at"] is not None
     assert [j.id for j in failed] == [capped], "on_fail runs once, for the registered type"
     assert failed[0].status == "failed"
-    assert failed[0].error == "max attempts exceeded"
+    assert failed[0].error == exhausted
     # a type nobody registered gets the default max_attempts (1)
     assert (await fetch_job(db, unknown))["status"] == "failed"
-    assert (await events_of(db, capped))[-1] == ("running", "failed", 3, "max attempts exceeded")
+    assert (await events_of(db, capped))[-1] == ("running", "failed", 3, exhausted)
     await assert_history_complete_async(db)
