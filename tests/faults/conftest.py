@@ -26,6 +26,7 @@ import psycopg
 import pytest
 from e2e.conftest import shared_tmp as shared_tmp
 from harness import Campaign, Check, Scenario
+from proxy import Proxy
 from psycopg import sql
 
 from jobsd.dev.embedded import EmbeddedPostgres
@@ -133,6 +134,15 @@ def _write_report(item: pytest.Item, teardown: pytest.TestReport) -> None:
     }
     with open(path, "a") as fh:
         fh.write(json.dumps(line, default=str) + "\n")
+
+
+@pytest.fixture
+def proxy(fault_cluster: EmbeddedPostgres) -> Iterator[Proxy]:
+    """A proxy in front of the module's cluster."""
+    p = Proxy("127.0.0.1", fault_cluster.port)
+    p.start()
+    yield p
+    p.close()
 
 
 @pytest.fixture(scope="module")

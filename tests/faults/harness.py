@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 from e2e.conftest import Proc, jobsd_command, make_env, poll
 from ledger import Run, read_runs
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from support.history import history_problems
 
@@ -586,3 +587,11 @@ def percentile(values: list[float], q: float) -> float | None:
 def median(values: list[float]) -> float | None:
     """Return the median, or None if empty."""
     return statistics.median(values) if values else None
+
+
+def via(url: str, host: str, port: int) -> str:
+    """Return ``url`` reaching the same database at ``host:port``, without TLS (a proxy
+    or a network namespace in between)."""
+    params = conninfo_to_dict(url)
+    params.update(host=host, port=str(port), sslmode="disable", gssencmode="disable")
+    return make_conninfo("", **params)

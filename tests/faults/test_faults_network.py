@@ -13,10 +13,9 @@ from typing import Any
 import httpx
 import pytest
 from e2e.conftest import run_cli
-from harness import Scenario, percentile, sized
+from harness import Scenario, percentile, sized, via
 from netns import VethLink
 from proxy import Proxy
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from jobsd.dev.embedded import EmbeddedPostgres
 from jobsd.ids import uuid7
@@ -31,22 +30,6 @@ DB_TROUBLE = (
 )
 
 
-def _via(url: str, host: str, port: int) -> str:
-    """Return ``url`` reaching the same database at ``host:port``, without TLS."""
-    params = conninfo_to_dict(url)
-    params.update(host=host, port=str(port), sslmode="disable", gssencmode="disable")
-    return make_conninfo("", **params)
-
-
-@pytest.fixture
-def proxy(fault_cluster: EmbeddedPostgres) -> Iterator[Proxy]:
-    """A proxy in front of the module's cluster."""
-    p = Proxy("127.0.0.1", fault_cluster.port)
-    p.start()
-    yield p
-    p.close()
-
-
 # -- T6: ambiguous commit -----------------------------------------------------------------
 
 INSERT = b"INSERT INTO jobsd.jobs "
@@ -59,7 +42,7 @@ def test_t6_ambiguous_commit_creates_no_ghost_and_no_duplicate(
     scenario: Scenario, proxy: Proxy
 ) -> None:
     token = scenario.token()
-    api, base = scenario.api(url=_via(scenario.url, "127.0.0.1", proxy.port))
+    api, base = scenario.api(url=via(scenario.url, "127.0.0.1", proxy.port))
     headers = {"Authorization": f"Bearer {token}"}
     answered: set[uuid.UUID] = set()
     first_answers: list[tuple[int, str]] = []
@@ -211,7 +194,7 @@ def test_t7a_link_down(
     try:
         _partition(
             scenario,
-            url_a=_via(cluster.url(), veth.host_ip, cluster.port),
+            url_a=via(cluster.url(), veth.host_ip, cluster.port),
             prefix=veth.prefix,
             cut=veth.down,
             heal=veth.up,
@@ -225,7 +208,7 @@ def test_t7a_link_down(
 def test_t7b_blackhole(scenario: Scenario, proxy: Proxy) -> None:
     _partition(
         scenario,
-        url_a=_via(scenario.url, "127.0.0.1", proxy.port),
+        url_a=via(scenario.url, "127.0.0.1", proxy.port),
         cut=proxy.blackhole,
         heal=proxy.heal,
     )
@@ -236,7 +219,7 @@ def test_t7b_blackhole(scenario: Scenario, proxy: Proxy) -> None:
 @pytest.mark.timeout(60)
 def test_t7_detects_a_partition_within_5_s(scenario: Scenario, proxy: Proxy) -> None:
     scenario.enqueue(8, types=("work",), ms=3000)
-    daemon = scenario.daemon(url=_via(scenario.url, "127.0.0.1", proxy.port))
+    daemon = scenario.daemon(url=via(scenario.url, "127.0.0.1", proxy.port))
     scenario.wait_running(4, worker_pid=daemon.pid)
     t_cut = time.monotonic()
     proxy.blackhole()

@@ -11,35 +11,16 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness import Scenario, percentile, sized
+from harness import Scenario, percentile, sized, via
 from proxy import Proxy
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from jobsd.dev.embedded import EmbeddedPostgres
 
 pytestmark = [pytest.mark.slow]
 
 # a text only the claim statement has
 CLAIM = b"reserved_until <= now()"
-
-
-@pytest.fixture
-def proxy(fault_cluster: EmbeddedPostgres) -> Iterator[Proxy]:
-    """A proxy in front of the module's cluster."""
-    p = Proxy("127.0.0.1", fault_cluster.port)
-    p.start()
-    yield p
-    p.close()
-
-
-def _via(url: str, port: int) -> str:
-    params = conninfo_to_dict(url)
-    params.update(host="127.0.0.1", port=str(port), sslmode="disable", gssencmode="disable")
-    return make_conninfo("", **params)
 
 
 def _charges(scenario: Scenario) -> tuple[int, int]:
@@ -67,7 +48,7 @@ def _reserved(scenario: Scenario) -> int:
 def test_t22_lost_claim_answer(scenario: Scenario, proxy: Proxy) -> None:
     # a stale sweep 10 minutes away: only the daemon's own reconciliation can save them
     daemon = scenario.daemon(
-        url=_via(scenario.url, proxy.port), JOBSD_STALE_AFTER="600", JOBSD_SLOTS="4"
+        url=via(scenario.url, "127.0.0.1", proxy.port), JOBSD_STALE_AFTER="600", JOBSD_SLOTS="4"
     )
     rounds = sized(quick=3, full=10)
     waits: list[float] = []
