@@ -41,9 +41,10 @@ async def test_a_matching_error_is_retried_after_the_backoff_until_it_succeeds(
     async with running_daemon(make_settings(db_url, **SETTINGS), registry):
         job = await client.enqueue("fetch", {}, org_id="acme", dedup_key="fetch:1")
         waiting = await wait_status(db, job.id, "scheduled")
-        # while it waits: no lease, the dedup key still held (scope 'active': until the
-        # job ends), the cause recorded
-        assert waiting["lease_id"] is None
+        # while it waits: not running (its run's lease, kept, can write nothing more),
+        # the dedup key still held (scope 'active': until the job ends), the cause
+        # recorded
+        assert waiting["status"] == "scheduled" and waiting["worker_id"] is not None
         assert waiting["dedup_key"] == "fetch:1"
         assert waiting["error"] == "ConnectionResetError: flaky 1"
         assert waiting["report"]["error"]["type"] == "builtins.ConnectionResetError"
