@@ -5,7 +5,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from jobsd.errors import ConfigError
 from jobsd.recovery import Recovery
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from jobsd.models import Job
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "DedupScope",
     "Delivery",
     "HandlerSpec",
@@ -34,6 +36,15 @@ Recover = Callable[["Job"], "Awaitable[Recovery] | Recovery"]
 F = TypeVar("F", bound=HandlerFunc)
 
 
+class _Default(Enum):
+    TIMEOUT = "the daemon's JOBSD_DEFAULT_TIMEOUT"
+
+
+DEFAULT_TIMEOUT: Final = _Default.TIMEOUT
+"""``timeout`` of a type that does not give one: the daemon's ``JOBSD_DEFAULT_TIMEOUT``
+(``timeout=None`` is no limit at all)"""
+
+
 @dataclass(frozen=True, slots=True)
 class HandlerSpec:
     """A handler and what its type declares."""
@@ -45,6 +56,8 @@ class HandlerSpec:
     dedup_scope: DedupScope = "queue"
     on_fail: OnFail | None = None
     timeout_s: float | None = None
+    timeout_default: bool = False
+    """the type gave no ``timeout``: its runs end at the daemon's default"""
     delivery: Delivery = "at_least_once"
     retry: RetryPolicy | None = None
     recover: Recover | None = None
@@ -104,6 +117,13 @@ class Registry:
             for t, s in self._specs.items()
         }
 
+    def timeouts(self, default_s: float | None) -> dict[str, float | None]:
+        """Map each type to how long its runs may take (None: no limit), ``default_s``
+        for the types that give no timeout."""
+        return {
+            t: default_s if s.timeout_default else s.timeout_s for t, s in self._specs.items()
+        }
+
     def clear(self) -> None:
         """Forget every handler (tests)."""
         self._specs.clear()
@@ -118,7 +138,7 @@ def handler(
     max_attempts: int | None = None,
     dedup_scope: DedupScope = "queue",
     on_fail: OnFail | None = None,
-    timeout: float | None = None,
+    timeout: float | _Default | None = DEFAULT_TIMEOUT,
     delivery: Delivery = "at_least_once",
     retry: RetryPolicy | None = None,
     recover: Recover | None = None,
@@ -132,7 +152,8 @@ def handler(
     The function takes one argument, the JobContext, and returns a JSON object or None
     (the job's report). It may be async, or sync (it then runs in a worker thread).
     ``max_attempts`` counts runs, the first included: the default 1 never runs a job
-    twice. ``timeout`` is in seconds, on the monotonic clock. ``retry`` retries the
+    twice. ``timeout`` is in seconds, on the monotonic clock; unset, the daemon's
+    ``JOBSD_DEFAULT_TIMEOUT`` (an hour) applies; ``None``: no limit. ``retry`` retries the
     handler's known failures (a ``RetryPolicy``); its ``max_attempts`` is the type's.
     ``recover(job)`` (at_most_once types) decides the fate of a job whose owner died:
     ``jobsd.recovery.succeeded(report)``, ``AMBIGUOUS`` or ``RERUN``.
@@ -162,7 +183,9 @@ def handler(
         raise ConfigError(f"dedup_scope of {type!r} must be 'queue' or 'active'")
     if delivery not in ("at_least_once", "at_most_once"):
         raise ConfigError(f"delivery of {type!r} must be 'at_least_once' or 'at_most_once'")
-    if timeout is not None and timeout <= 0:
+    timeout_default = timeout is DEFAULT_TIMEOUT
+    timeout_s = None if isinstance(timeout, _Default) else timeout
+    if timeout_s is not None and timeout_s <= 0:
         raise ConfigError(f"timeout of {type!r} must be positive")
     if concurrency_limit is not None and concurrency_limit < 1:
         raise ConfigError(f"concurrency_limit of {type!r} must be at least 1")
@@ -180,7 +203,8 @@ def handler(
                 max_attempts=max_attempts,
                 dedup_scope=dedup_scope,
                 on_fail=on_fail,
-                timeout_s=timeout,
+                timeout_s=timeout_s,
+                timeout_default=timeout_default,
                 delivery=delivery,
                 retry=retry,
                 recover=recover,

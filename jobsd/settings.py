@@ -76,7 +76,8 @@ def _split_list(value: Any) -> Any:
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 OptionalDuration = Annotated[
-    float | None, BeforeValidator(lambda v: None if v in (None, "") else parse_duration(v))
+    float | None,
+    BeforeValidator(lambda v: None if v in (None, "", "none", "None") else parse_duration(v)),
 ]
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
 
@@ -174,6 +175,11 @@ class Settings(BaseSettings):
     isolation: Literal["none", "process"] = "none"
     """Where handlers of types that do not say run: ``none`` (in the daemon) or
     ``process`` (supervised child processes)."""
+
+    default_timeout: OptionalDuration = 3600.0
+    """How long a run of a type that gives no ``timeout`` may take before it is ended
+    (cause ``timeout``): nothing runs forever by default. ``none`` (or empty): no
+    limit for those types. A type's ``timeout`` (``None`` included) overrides it."""
 
     stall_after: OptionalDuration = None
     """A run that neither returns nor reports progress this long is ended (cause

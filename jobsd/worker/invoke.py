@@ -45,6 +45,8 @@ class RunLimits:
     isolation: Isolation = "none"
     stall_after_s: float | None = None
     max_report_bytes: int | None = None
+    default_timeout_s: float | None = None
+    """the timeout of the types that give none (``JOBSD_DEFAULT_TIMEOUT``)"""
 
 
 @dataclass(slots=True)
@@ -118,6 +120,7 @@ async def run_handler(
     limits = limits or RunLimits()
     isolated = (spec.isolation or limits.isolation) == "process"
     stall_after_s = spec.stall_after_s if spec.stall_after_s is not None else limits.stall_after_s
+    timeout_s = limits.default_timeout_s if spec.timeout_default else spec.timeout_s
     watch = _Watch()
     thread = _ThreadBox()
     raised: BaseException | None = None
@@ -137,12 +140,21 @@ async def run_handler(
                 )
             return await _call(spec, ctx, thread)
 
-        if spec.timeout_s is None and stall_after_s is None:
+        if timeout_s is None and stall_after_s is None:
             answer = await call()  # no limits: no watchdog task, no scope on the hot path
+        elif stall_after_s is None and timeout_s is not None:
+            # a timeout alone: the scope's own deadline (a timer), no watchdog task
+            limit_s = timeout_s
+            with anyio.CancelScope(deadline=anyio.current_time() + limit_s) as deadline:
+                answer = await call()
+            if deadline.cancelled_caught:
+                watch.ended, watch.limit_s = "timeout", limit_s
+                _abandon(job, thread, isolated, abandoned)
+                return _ended_by_watch(job, spec, ctx, watch, thread, isolated)
         else:
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_watchdog, ctx, scope, watch, spec.timeout_s, stall_after_s)
+                    tg.start_soon(_watchdog, ctx, scope, watch, timeout_s, stall_after_s)
                     try:
                         answer = await call()
                     except anyio.get_cancelled_exc_class():
@@ -154,13 +166,7 @@ async def run_handler(
             if raised is not None:
                 raise raised
             if watch.ended is not None and scope.cancelled_caught:
-                if (
-                    not isolated
-                    and thread.thread is not None
-                    and thread.alive
-                    and abandoned is not None
-                ):
-                    abandoned[job.id] = thread.thread
+                _abandon(job, thread, isolated, abandoned)
                 return _ended_by_watch(job, spec, ctx, watch, thread, isolated)
     except anyio.get_cancelled_exc_class():
         raise
@@ -196,6 +202,17 @@ async def run_handler(
     except InvalidPayload as exc:
         return failure(str(exc), reason="invalid report")
     return Outcome(status="succeeded", report_json=report)
+
+
+def _abandon(
+    job: Job,
+    thread: _ThreadBox,
+    isolated: bool,
+    abandoned: dict[uuid.UUID, threading.Thread] | None,
+) -> None:
+    """Remember a sync handler's thread that a limit could not stop (it may still run)."""
+    if not isolated and thread.thread is not None and thread.alive and abandoned is not None:
+        abandoned[job.id] = thread.thread
 
 
 def _ended_by_watch(

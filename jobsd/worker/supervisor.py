@@ -134,6 +134,7 @@ class Daemon:
                     isolation=settings.isolation,
                     stall_after_s=settings.stall_after,
                     max_report_bytes=settings.max_report_bytes,
+                    default_timeout_s=settings.default_timeout,
                 ),
                 kill_grace_s=settings.kill_grace,
                 max_progress_bytes=settings.max_progress_bytes,
@@ -311,6 +312,11 @@ class Daemon:
                 "types": self.registry.types(),
                 "queues": self.settings.queues or "all",
             },
+        )
+        # what bounds each type's runs, said once at start (None: nothing does)
+        log.info(
+            "daemon.timeouts",
+            extra={"timeouts": self.registry.timeouts(self.settings.default_timeout)},
         )
         if self.settings.fault is not None:
             log.warning("daemon.fault_armed", extra={"point": self.settings.fault})
