@@ -195,8 +195,7 @@ class Claimer:
             raise
         else:
             self.holdings.unbook(booked - used)
-        free = booked
-        self._for_a_slot = free == 0 and len(jobs) < want
+        self._for_a_slot = booked == 0 and len(jobs) < want
         if jobs:
             log.debug("claimer.claimed", extra={"count": len(jobs), "wanted": want})
             # Let the runs just started reach their handlers before this pass sends
