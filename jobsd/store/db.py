@@ -153,6 +153,8 @@ _UNAVAILABLE_CLASSES = ("08", "58")
 _UNAVAILABLE_STATES = frozenset(
     {
         "53100",  # disk_full: every write fails until space is freed, whatever it holds
+        "25P03",  # idle_in_transaction_session_timeout: the session is gone (a
+        # transaction left open across a network cut); retried on a new connection
         "53300",  # too_many_connections: refused at connect, the statement never ran
         "57P01",  # admin_shutdown
         "57P02",  # crash_shutdown

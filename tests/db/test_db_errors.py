@@ -173,3 +173,21 @@ def test_a_dropped_pooled_connection_is_retried_and_creates_one_job(
         (first.id,),
         (second.id,),
     ]
+
+
+def test_a_session_ended_by_the_idle_in_transaction_timeout_is_an_outage(db_url: str) -> None:
+    # a transaction left open across a network cut is ended by the server with SQLSTATE
+    # 25P03 and the connection closed: that is the database away (retry on a new
+    # connection), not a statement refused (which would be logged as a poison error)
+    from jobsd.store.db import db_errors
+
+    with psycopg.connect(db_url) as conn:
+        conn.execute("SET idle_in_transaction_session_timeout = '50ms'")
+        conn.commit()
+        conn.execute("SELECT 1")  # a transaction is open and idle now
+        deadline = time.monotonic() + 10
+        with pytest.raises(BackendUnavailable, match="idle-in-transaction"):
+            while time.monotonic() < deadline:
+                with db_errors("a statement after the timeout"):
+                    conn.execute("SELECT 1")
+                time.sleep(0.2)
