@@ -120,9 +120,7 @@ class Registry:
     def timeouts(self, default_s: float | None) -> dict[str, float | None]:
         """Map each type to how long its runs may take (None: no limit), ``default_s``
         for the types that give no timeout."""
-        return {
-            t: default_s if s.timeout_default else s.timeout_s for t, s in self._specs.items()
-        }
+        return {t: default_s if s.timeout_default else s.timeout_s for t, s in self._specs.items()}
 
     def clear(self) -> None:
         """Forget every handler (tests)."""

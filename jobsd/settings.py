@@ -134,16 +134,26 @@ class Settings(BaseSettings):
     long without any being written."""
 
     stale_after: Duration = 600.0
-    """A running job whose heartbeat is older than this is rescued by the sweeper."""
+    """A daemon whose lease ended this long ago while it still holds its lock (a process
+    stopped, or cut off from the database) has its running jobs rescued by the others."""
 
     heartbeat_interval: Duration = 10.0
-    """Time between heartbeats; never more than a third of stale_after."""
+    """Time between checks of every held job (a lost lease, a cancel request); never
+    more than a third of stale_after. Progress is written every progress_interval."""
 
     sweep_interval: Duration = 60.0
     """Time between sweeps (one also runs at start)."""
 
     death_check_interval: Duration = 5.0
-    """Time between checks for dead workers (their lock is free): their jobs are rescued."""
+    """Time between checks for dead workers (their lock is free and their lease has run
+    out): their jobs are rescued. Also how often a daemon renews its own lease (at most
+    a sixth of ``worker_lease``)."""
+
+    worker_lease: Duration = 30.0
+    """How long a daemon counts as alive after its last lease renewal, even with its lock
+    free. A daemon that cannot renew its lease stops its runs at two thirds of it, and
+    exits if a handler will not stop before it ends; a daemon killed outright has its
+    jobs rescued within this lease plus a death check."""
 
     statement_timeout: Duration = 5.0
     """How long a statement of the daemon's own services (claim, heartbeat, completion,
@@ -257,6 +267,12 @@ class Settings(BaseSettings):
         if self.claim_ahead is None:
             return min(CLAIM_AHEAD_PER_SLOT * self.slots, CLAIM_AHEAD_DEFAULT_MAX)
         return self.claim_ahead
+
+    @property
+    def lease_renew_s(self) -> float:
+        """Return how often the daemon renews its lease: every death check interval, at
+        most a sixth of the lease (four renewals fail before the fence closes)."""
+        return min(self.death_check_interval, self.worker_lease / 6)
 
     @property
     def effective_heartbeat_s(self) -> float:

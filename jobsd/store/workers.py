@@ -20,7 +20,7 @@ __all__ = [
     "lock_worker",
     "open_worker_connection",
     "register_worker",
-    "touch_worker",
+    "renew_worker",
 ]
 
 
@@ -58,13 +58,15 @@ async def register_worker(
     *,
     hostname: str,
     pid: int,
+    lease_s: float,
     types: Sequence[str] | None = None,
     rules: Sequence[TypeRule] = (),
 ) -> None:
     """Insert the worker's row (or stamp it when it exists) with the types it claims
-    (None: every type), and record the rules of its types."""
+    (None: every type) and a lease of ``lease_s``, and record the rules of its types."""
     params = {
         "worker_id": worker_id,
+        "lease_s": lease_s,
         "hostname": hostname,
         "pid": pid,
         "types": list(types) if types is not None else None,
@@ -76,10 +78,11 @@ async def register_worker(
         await run_named(conn, "workers_register", params)
 
 
-async def touch_worker(conn: AsyncConn, worker_id: str) -> bool:
-    """Stamp the worker's row; False when the row is gone (deleted by hand)."""
-    with db_errors(f"touch of worker {worker_id!r}"):
-        rows = await run_named(conn, "workers_touch", {"worker_id": worker_id})
+async def renew_worker(conn: AsyncConn, worker_id: str, *, lease_s: float) -> bool:
+    """Renew the worker's lease for ``lease_s`` from now (the database's now); False
+    when its row is gone (its death was declared, or the row deleted by hand)."""
+    with db_errors(f"lease renewal of worker {worker_id!r}"):
+        rows = await run_named(conn, "workers_renew", {"worker_id": worker_id, "lease_s": lease_s})
     return bool(rows)
 
 

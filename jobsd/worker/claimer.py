@@ -26,6 +26,7 @@ from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire
 from jobsd.worker.clock import Clock
+from jobsd.worker.fence import Fence
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.loop import jitter, run_loop
 from jobsd.worker.stats import DaemonStats
@@ -80,6 +81,8 @@ class Claimer:
     waker: Waker
     stats: DaemonStats
     start_job: Callable[[Job], None]
+    fence: Fence | None = None
+    """closed while the daemon's lease may run out: no claim then"""
     _next_due: float | None = field(default=None, init=False)
     """clock.monotonic() of the next scheduled job"""
     _last_promote: float = field(default=-float("inf"), init=False)
@@ -122,6 +125,11 @@ class Claimer:
         self._more = (await self.run_once(self._cause)).more
 
     async def _wait(self) -> None:
+        if self.fence is not None and not self.fence.open:
+            await self.fence.wait_open()
+            self._cause = "fence"
+            self.stats.wakeups[self._cause] += 1
+            return
         await self.holdings.wait_claimable()
         if self._more:
             self._cause = "more"
@@ -148,6 +156,8 @@ class Claimer:
         Again at once: every slot was filled (more work is likely waiting), or jobs were
         left behind a concurrency key this round just started (the next round skips it).
         """
+        if self.fence is not None and not self.fence.open:
+            return 0, False
         if self.clock.monotonic() < self._reconcile_until:
             await self.adopt_lost()
         want = self.holdings.claimable

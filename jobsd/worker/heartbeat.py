@@ -1,10 +1,12 @@
-"""Write heartbeats and progress for every held job, one statement per tick.
+"""Write the progress of held jobs and check that each is still this daemon's, one
+statement per tick.
 
-Each tick (``progress_interval``) writes the jobs whose handlers reported progress;
-every ``heartbeat_interval`` (at most a third of ``stale_after``) it writes all held
-jobs, which stamps ``progress.updated_at``: the sweeper's proof of life. A job missing
-from the result lost its lease (swept or claimed elsewhere): its handler is cancelled
-and its outcome will be discarded. A job returned with a cancel request has its handler
+Each tick (``progress_interval``) writes the jobs whose handlers reported progress
+(which stamps ``progress.updated_at``: the handler's last sign of life, never the
+daemon's, whose liveness is its lease: ``lifeline.py``); every ``heartbeat_interval``
+it also checks, without writing them, every other held job. A job missing from the
+result lost its lease (swept or claimed elsewhere): its handler is cancelled and its
+outcome will be discarded. A job returned with a cancel request has its handler
 cancelled (``ctx.cancelled`` for sync handlers) and is then written ``cancelled``.
 """
 
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatSettings:
-    """How often to write progress (``tick_s``) and to stamp every held job (``beat_s``)."""
+    """How often to write progress (``tick_s``) and to check every held job (``beat_s``)."""
 
     tick_s: float
     """``min(JOBSD_PROGRESS_INTERVAL, beat_s)``"""
@@ -41,21 +43,23 @@ class HeartbeatSettings:
 
 @dataclass(eq=False, repr=False)
 class Heartbeat:
-    """Keep held jobs alive in the database and flush their progress."""
+    """Flush held jobs' progress and notice lost leases and cancel requests."""
 
     pool: AsyncPool
     cfg: HeartbeatSettings
     clock: Clock
     holdings: Holdings
     _last_beat: float = field(init=False)
+    beats: int = field(default=0, init=False)
+    """beats that got through (every held job checked)"""
 
     def __post_init__(self) -> None:
         self._last_beat = self.clock.monotonic()
 
     def stalled(self, bound_s: float) -> bool:
-        """Say whether no beat has been written for more than ``bound_s``, or three beat
-        periods when longer (the database away): the watchdog then stops pinging, as the
-        leases of the held jobs are running out."""
+        """Say whether no beat has got through for more than ``bound_s``, or three beat
+        periods when longer (the database away): the watchdog then stops pinging, as
+        cancel requests and lost leases go unnoticed."""
         bound = max(bound_s, 3 * self.cfg.beat_s)
         return self.clock.monotonic() - self._last_beat > bound
 
@@ -98,6 +102,7 @@ class Heartbeat:
             held.ctx.pending_written()
         if beat:
             self._last_beat = now
+            self.beats += 1
         # A job is held under one lease at a time (Holdings.add), so its id names the
         # run. A finished run may be missing because its own outcome was just written:
         # only a run still in its handler is known to have lost its lease.

@@ -44,6 +44,8 @@ class Held:
     """a cancel request reached this run: its handler is cancelled, the job written cancelled"""
     interrupted: bool = False
     """the daemon's stop cancelled this run past its grace time: it is written back"""
+    fenced: bool = False
+    """the interruption was the fence's (the daemon's lease may run out), not a stop's"""
     superseded: bool = False
     """this daemon claimed the job again under a new lease: this run can no longer report"""
     started_monotonic: float = 0.0

@@ -169,6 +169,10 @@ async def run_handler(
                 _abandon(job, thread, isolated, abandoned)
                 return _ended_by_watch(job, spec, ctx, watch, thread, isolated)
     except anyio.get_cancelled_exc_class():
+        # cancelled from outside (a stop, the fence, a lost lease): a sync handler's
+        # thread may go on; it is told, and remembered while it runs
+        ctx.mark_cancelled()
+        _abandon(job, thread, isolated, abandoned)
         raise
     except ProgressTooLarge:
         return failure(ctx.progress_too_large or "progress too large", reason="progress too large")

@@ -1,13 +1,16 @@
-"""Register this daemon in ``jobsd.workers`` and hold its lock for as long as it lives.
+"""Register this daemon in ``jobsd.workers``, hold its lock and renew its lease for as
+long as it lives: the daemon's liveness, apart from any job's progress.
 
 The lock is a session advisory lock on ``jobsd.worker_lock_key(worker_id)``, held on a
 dedicated connection (a twin of the LISTEN connection, which keeps its own
-semantics). It is taken before the row is inserted, so any sweeper that sees the row
-and can take the lock knows the session is gone: the process died, or its
-connection did. The connection is checked every ``interval_s`` (jittered); when it
-is lost the lock goes with it, and the lifeline reconnects, takes the lock again and
-registers again. Meanwhile a sweeper may have rescued this daemon's jobs: fencing
-(the lease) then discards what the old runs report. A clean stop deletes the row.
+semantics). It is taken before the row is inserted. The lease is the row's
+``alive_until``, renewed on that connection every ``interval_s`` (jittered) for
+``lease_s``. A sweeper declares the daemon dead only when it can take the lock and the
+lease has run out: the process died, or its connection did and it could not take its
+lock again within its lease. When the connection is lost the lifeline reconnects, takes
+the lock again and registers again; each renewal that gets through is reported to the
+fence (``fence.py``), which stops every run before a lease that could not be renewed
+ends. A clean stop deletes the row.
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ class LifelineSettings:
 
     worker_id: str
     interval_s: float
-    """``JOBSD_DEATH_CHECK_INTERVAL``"""
+    """how often the lease is renewed: ``JOBSD_DEATH_CHECK_INTERVAL``, at most a sixth
+    of the lease"""
+    lease_s: float
+    """``JOBSD_WORKER_LEASE``"""
     hostname: str
     pid: int
     known_types_only: bool = False
@@ -55,13 +61,15 @@ class Lifeline:
     cfg: LifelineSettings
     clock: Clock
     registry: Registry | None = None
+    on_renewed: Callable[[float], None] | None = None
+    """told the monotonic time a renewal (or registration) that got through was sent"""
     registered: bool = field(default=False, init=False)
     registrations: int = field(default=0, init=False)
     _conn: AsyncConn | None = field(default=None, init=False)
 
     async def run_once(self) -> bool:
-        """Register when not registered (connect, lock, insert the row); else prove the
-        connection alive (touch the row). Return True when this pass registered.
+        """Register when not registered (connect, lock, insert the row); else renew the
+        lease. Return True when this pass registered.
 
         A lost connection is dropped, with the registration, and BackendUnavailable
         raised: the next pass reconnects.
@@ -72,9 +80,13 @@ class Lifeline:
             if not self.registered:
                 await self._register(self._conn)
                 return True
-            if not await workers.touch_worker(self._conn, self.cfg.worker_id):
+            sent_at = self.clock.monotonic()
+            if not await workers.renew_worker(
+                self._conn, self.cfg.worker_id, lease_s=self.cfg.lease_s
+            ):
                 # our row was deleted while we held the lock: only by hand; put it back
                 await self._insert_row(self._conn)
+            self._renewed(sent_at)
             return False
         except BackendUnavailable as exc:
             log.warning("worker.connection_lost", extra={"error": str(exc)})
@@ -116,7 +128,9 @@ class Lifeline:
             while not await workers.lock_worker(conn, self.cfg.worker_id):
                 # a sweeper holds it for a moment while it rescues our old jobs
                 await self.clock.sleep(0.1)
+            sent_at = self.clock.monotonic()
             await self._insert_row(conn)
+        self._renewed(sent_at)
         self.registered = True
         self.registrations += 1
         log.info("worker.registered", extra={"worker_id": self.cfg.worker_id})
@@ -136,9 +150,14 @@ class Lifeline:
             self.cfg.worker_id,
             hostname=self.cfg.hostname,
             pid=self.cfg.pid,
+            lease_s=self.cfg.lease_s,
             types=types,
             rules=rules,
         )
+
+    def _renewed(self, sent_at: float) -> None:
+        if self.on_renewed is not None:
+            self.on_renewed(sent_at)
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None

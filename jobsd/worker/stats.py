@@ -55,6 +55,8 @@ class DaemonStats:
     """LISTEN connections re-established"""
     swept: Counter[str] = field(default_factory=Counter)
     """jobs rescued by this daemon's sweeper, by new status"""
+    deaths: int = 0
+    """other daemons this one declared dead (lock free, lease over) and rescued"""
     sweeps_refused: int = 0
     """sweeper passes the database refused (poison: logged, tried at the next interval)"""
     last_notify_monotonic: float | None = None

@@ -36,6 +36,7 @@ from jobsd.worker.claimer import Claimer, ClaimerSettings
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
 from jobsd.worker.executor import JobRunner, RunLimits, RunnerSettings
+from jobsd.worker.fence import Fence, FenceSettings, exit_now
 from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.hooks import FailHooks, HooksSettings
@@ -79,6 +80,7 @@ class Daemon:
         http: HttpSettings | None = None,
         clock: Clock = SYSTEM_CLOCK,
         schedules: ScheduleRegistry | None = None,
+        on_fence_breach: Callable[[], None] = exit_now,
     ) -> None:
         if not settings.database_url:
             raise ConfigError("no database configured: set JOBSD_DATABASE_URL")
@@ -148,6 +150,14 @@ class Daemon:
             self.completer.submit,
             lambda held: self.starter.release(held),
         )
+        self.fence = Fence(
+            FenceSettings(lease_s=settings.worker_lease),
+            clock,
+            stop_runs=self.runner.fence,
+            still_running=self.runner.busy,
+            on_breach=on_fence_breach,
+            on_open=self.runner.unfence,
+        )
         self.starter = Starter(
             self.pool,
             StarterSettings(durable=settings.durable_claims),
@@ -171,6 +181,7 @@ class Daemon:
             self.waker,
             self.stats,
             self.runner.start,
+            self.fence,
         )
         self.heartbeat = Heartbeat(
             self.pool,
@@ -213,13 +224,15 @@ class Daemon:
             functools.partial(workers.open_worker_connection, url),
             LifelineSettings(
                 worker_id=settings.worker_id,
-                interval_s=settings.death_check_interval,
+                interval_s=settings.lease_renew_s,
+                lease_s=settings.worker_lease,
                 hostname=socket.gethostname(),
                 pid=os.getpid(),
                 known_types_only=settings.unknown_types == "leave",
             ),
             clock,
             self.registry,
+            on_renewed=self.fence.renewed,
         )
         # the file is checked even when this daemon does not schedule: a bad file is
         # an error at start, not on the day a scheduling daemon restarts
@@ -335,6 +348,7 @@ class Daemon:
                         await services.start(self.listener.run)
                     # registered (and locked) before the first claim: a job can only
                     # be owned by a worker whose death the sweeper can prove
+                    await services.start(self.fence.run)
                     await services.start(self.lifeline.run)
                 if not self.stopping:
                     for service in (

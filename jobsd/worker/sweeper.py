@@ -1,16 +1,19 @@
-"""Rescue running jobs whose owner died or stopped heartbeating.
+"""Rescue running jobs whose owner died or stopped answering.
 
-Model: every daemon holds a session advisory lock for its worker id while it lives
-(``lifeline.py``). Every ``death_check_interval`` (jittered) the sweeper tries the
-lock of each other registered worker; one it can take is dead, proven: its running
-jobs are rescued at once and its row deleted. Owners that are alive but hung are caught by
-the heartbeat: a running job whose latest sign of life (``progress.updated_at`` or, if
-later, this run's ``started_at``: a re-run carries its previous run's progress) is
-older than ``stale_after`` is rescued too (checked at start, then every
-``sweep_interval``, jittered). Heartbeats are stamped and judged on the database's
-clock; before each stale sweep the sweeper checks that clock against its own
-monotonic one (``clockwatch.py``), and after a forward step it holds off stale rescues
-for ``stale_after``, until every live owner has beaten again.
+Model: every daemon holds a session advisory lock for its worker id and renews a lease
+(``alive_until``) while it lives (``lifeline.py``). Every ``death_check_interval``
+(jittered) the sweeper looks for other registered workers whose lease is over and
+whose lock it can take: those are dead, proven (a live daemon whose lock's connection
+was lost takes it again within its lease, or stops its runs first: ``fence.py``);
+their running jobs are rescued at once and their rows deleted. Owners that hold their
+lock but stopped renewing their lease (a process stopped, or cut off from the
+database) have their running jobs rescued once the lease ended more than
+``stale_after`` ago (checked at start, then every ``sweep_interval``, jittered). A
+handler's own silence is not its owner's death: timeouts and stall limits end it.
+Leases are stamped and judged on the database's clock; before each stale sweep the
+sweeper checks that clock against its own monotonic one (``clockwatch.py``), and after
+a forward step it holds off stale rescues for ``stale_after``, until every live owner
+has renewed again.
 
 A rescue follows the type's delivery. ``at_least_once``: back to ``queued`` while
 attempts remain, else ``failed`` with ``max attempts exceeded``. ``at_most_once``:
@@ -109,7 +112,7 @@ class Sweeper:
         )
 
     async def run_once(self, *, now: datetime | None = None) -> SweepCounts:
-        """Do one pass (dead owners, then stale heartbeats); return how many jobs went
+        """Do one pass (dead owners, then unresponsive ones); return how many jobs went
         to each status. Safe to repeat. ``now`` overrides the clock's."""
         counts = await self.check_deaths()
         counts.update(await self.sweep_stale(now=now))
@@ -159,6 +162,7 @@ class Sweeper:
                 default_max_attempts=self.cfg.default_max_attempts,
             )
         for dead in found.dead_workers:
+            self.stats.deaths += 1
             log.info("worker.dead", extra={"dead_worker_id": dead})
         return await self._rescued(found.jobs)
 

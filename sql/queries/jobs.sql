@@ -227,16 +227,27 @@ RETURNING j.id, j.org_id, j.type, j.queue, j.status, j.attempts, j.dedup_key, j.
           (SELECT count(*) FROM commit_mode) AS relaxed_commit;
 
 -- name: jobs_heartbeat
--- One statement for every job a daemon holds: stamp progress.updated_at and merge
--- pending progress fields. Jobs whose lease changed are not returned: the worker
--- lost them. A job with a cancel request says so: its handler is to be cancelled.
-UPDATE jobsd.jobs AS j
-SET progress = coalesce(j.progress, '{}'::jsonb) || coalesce(h.fields, '{}'::jsonb)
-               || jsonb_build_object('updated_at', now())
-FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(fields)s::jsonb[])
-     AS h(id, lease_id, fields)
-WHERE j.id = h.id AND j.lease_id = h.lease_id AND j.status = 'running'
-RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
+-- One statement for every job a daemon holds: merge the pending progress of those
+-- whose handlers reported some (stamping progress.updated_at: the handler's last sign
+-- of life, never the daemon's), and check the others without writing them. Jobs
+-- whose lease changed are not returned: the worker lost them. A job with a cancel
+-- request says so: its handler is to be cancelled.
+WITH held AS (
+  SELECT * FROM unnest(%(ids)s::uuid[], %(lease_ids)s::uuid[], %(fields)s::jsonb[])
+    AS h(id, lease_id, fields)),
+written AS (
+  UPDATE jobsd.jobs AS j
+  SET progress = coalesce(j.progress, '{}'::jsonb) || h.fields
+                 || jsonb_build_object('updated_at', now())
+  FROM held AS h
+  WHERE j.id = h.id AND j.lease_id = h.lease_id AND j.status = 'running'
+    AND h.fields IS NOT NULL
+  RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested)
+SELECT w.id, w.cancel_requested FROM written AS w
+UNION ALL
+SELECT j.id, j.cancel_requested_at IS NOT NULL
+FROM held AS h JOIN jobsd.jobs AS j ON j.id = h.id
+WHERE h.fields IS NULL AND j.lease_id = h.lease_id AND j.status = 'running';
 
 -- name: jobs_start_reserved
 -- Start jobs this daemon reserved (jobs_claim_batch), one per free slot, just before
@@ -318,18 +329,19 @@ RETURNING j.id, j.type, j.status, j.concurrency_key, j.dedup_key, j.lease_id, j.
           j.reason, j.progress, j.finished_at, j.run_after;
 
 -- name: jobs_db_now
--- The database's clock, the one that stamps heartbeats: the sweeper checks it against
--- its own monotonic clock before a stale sweep (a step of it would age every heartbeat).
+-- The database's clock, the one that stamps leases: the sweeper checks it against its
+-- own monotonic clock before a stale sweep (a step of it would age every lease).
 SELECT now() AS now;
 
 -- name: jobs_sweep_stale
 -- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the
--- sweeper holds its lock) or hung (the latest of its heartbeat and its start older
--- than the threshold: a run claimed again after a pause is judged by its own start
--- until its first heartbeat, never by the previous run's; a null threshold checks only
--- the dead). What happens follows the type's delivery:
+-- sweeper holds its lock, and its lease is over) or hung (its lease ended more than
+-- the threshold ago while it still holds its lock: a process stopped, or cut off from
+-- the database; an owner with no row is judged by the run's start). A handler's own
+-- silence is no owner's death: timeouts and stall limits end silent handlers. What
+-- happens follows the type's delivery:
 -- at_least_once goes back to queued while attempts remain, else fails with
--- 'max attempts exceeded: owner died at attempt 3 of 3' (or 'stale heartbeat');
+-- 'max attempts exceeded: owner died at attempt 3 of 3' (or 'owner unresponsive');
 -- at_most_once never runs again: it fails with 'worker lost' (its error says why and
 -- at which attempt), or, when its type has a recover hook (delivery passed as
 -- 'recover'), recovery_required for the hook to settle. A job with a cancel request pending is
@@ -340,13 +352,14 @@ WITH stale AS (
   SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
          j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
   FROM jobsd.jobs AS j
+  LEFT JOIN jobsd.workers AS w ON w.worker_id = j.worker_id
   WHERE j.status = 'running'
     AND (%(only)s::uuid IS NULL OR j.id = %(only)s::uuid)
     AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
-         OR greatest((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+         OR coalesce(w.alive_until, j.started_at)
             < coalesce(%(now)s::timestamptz, now())
               - make_interval(secs => %(stale_after_s)s::float8))
-  FOR UPDATE SKIP LOCKED),
+  FOR UPDATE OF j SKIP LOCKED),
 decided AS (
   SELECT s.id,
          CASE WHEN s.cancel_requested THEN 'cancel'
@@ -355,9 +368,9 @@ decided AS (
               WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
                 THEN 'requeue'
               ELSE 'exhausted' END AS verdict,
-         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END AS why,
+         CASE WHEN s.dead THEN 'owner died' ELSE 'owner unresponsive' END AS why,
          -- the cause, kept in the error (and, when the job fails, its history)
-         CASE WHEN s.dead THEN 'owner died' ELSE 'stale heartbeat' END
+         CASE WHEN s.dead THEN 'owner died' ELSE 'owner unresponsive' END
            || ' at attempt ' || s.attempts || CASE
              WHEN coalesce(l.delivery, 'at_least_once') = 'at_least_once'
                THEN ' of ' || coalesce(l.max_attempts, %(default_max_attempts)s) ELSE '' END
@@ -385,13 +398,15 @@ WHERE j.id = d.id
 RETURNING j.*;
 
 -- name: jobs_stale_list
--- The running jobs whose heartbeat (else start) is older than the threshold, with
--- their lease: what jobs_sweep_stale would rescue, for the sweeper to take them one
--- by one when the database refused the whole pass.
+-- The running jobs whose owner's lease ended more than the threshold ago (an owner
+-- with no row: the run's start), with their lease: what jobs_sweep_stale would
+-- rescue, for the sweeper to take them one by one when the database refused the
+-- whole pass.
 SELECT j.id, j.lease_id
 FROM jobsd.jobs AS j
+LEFT JOIN jobsd.workers AS w ON w.worker_id = j.worker_id
 WHERE j.status = 'running'
-  AND coalesce((j.progress ->> 'updated_at')::timestamptz, j.started_at)
+  AND coalesce(w.alive_until, j.started_at)
       < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(stale_after_s)s::float8)
 ORDER BY j.id;
 

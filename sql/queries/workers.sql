@@ -16,26 +16,37 @@ WITH rules AS (
   ON CONFLICT (type) DO UPDATE
     SET delivery = excluded.delivery, max_attempts = excluded.max_attempts, seen_at = now()
   RETURNING t.type)
-INSERT INTO jobsd.workers (worker_id, hostname, pid, types)
-VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(types)s::text[])
-ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now(), types = excluded.types
+-- The lease starts here: alive_until is the database time until which the worker
+-- counts as alive even with its lock free.
+INSERT INTO jobsd.workers (worker_id, hostname, pid, types, alive_until)
+VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(types)s::text[],
+        now() + make_interval(secs => %(lease_s)s::float8))
+ON CONFLICT (worker_id) DO UPDATE
+  SET last_seen_at = now(), types = excluded.types, alive_until = excluded.alive_until
 RETURNING *, (SELECT count(*) FROM rules) AS rules_recorded;
 
--- name: workers_touch
--- A proof of life of the connection, not of the worker: the lock is the proof.
-UPDATE jobsd.workers SET last_seen_at = now() WHERE worker_id = %(worker_id)s
+-- name: workers_renew
+-- Renew the worker's lease, on the connection that holds its lock: the worker counts
+-- as alive until alive_until even if that connection is lost meanwhile.
+UPDATE jobsd.workers
+SET last_seen_at = now(), alive_until = now() + make_interval(secs => %(lease_s)s::float8)
+WHERE worker_id = %(worker_id)s
 RETURNING worker_id;
 
 -- name: workers_deregister
 DELETE FROM jobsd.workers WHERE worker_id = %(worker_id)s;
 
 -- name: workers_take_dead
--- Inside a transaction: the registered workers, other than the caller, whose lock
--- the caller could take. The locks are transaction-scoped: the commit releases them.
--- CASE keeps the caller from ever trying its own lock. Two sweepers cannot both
--- take one worker: the second one's try fails while the first holds it.
+-- Inside a transaction: the registered workers, other than the caller, whose lease
+-- has run out and whose lock the caller could take. Both are needed: a free lock
+-- alone may be a live worker whose lock's connection was just lost (it takes the lock
+-- again within its lease, or stops its handlers before the lease ends). The locks
+-- are transaction-scoped: the commit releases them. CASE keeps the caller from ever
+-- trying its own lock, or a live worker's. Two sweepers cannot both take one worker:
+-- the second one's try fails while the first holds it.
 SELECT worker_id FROM jobsd.workers
 WHERE CASE WHEN worker_id = %(worker_id)s THEN false
+           WHEN alive_until >= now() THEN false
            ELSE pg_try_advisory_xact_lock(jobsd.worker_lock_key(worker_id)) END
 ORDER BY worker_id;
 

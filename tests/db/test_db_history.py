@@ -102,12 +102,12 @@ async def test_sweep_requeues_then_fails_with_the_sweeper_as_actor(aconn: Conn, 
     await _claim_one(aconn, "w2", job)
     failed = await _sweep(aconn, after=timedelta(hours=1), max_attempts={"crawl": 2})
 
-    exhausted = "max attempts exceeded: stale heartbeat at attempt 2 of 2"
+    exhausted = "max attempts exceeded: owner unresponsive at attempt 2 of 2"
     assert [(j.status, j.error, j.attempts) for j in failed] == [("failed", exhausted, 2)]
     assert history(conn, job.id) == [
         (None, "queued", 0, None, None),
         ("queued", "running", 1, "w1", None),
-        ("running", "queued", 1, "sweeper-1", "stale heartbeat"),
+        ("running", "queued", 1, "sweeper-1", "owner unresponsive"),
         ("queued", "running", 2, "w2", None),
         ("running", "failed", 2, "sweeper-1", exhausted),
     ]
@@ -126,17 +126,21 @@ async def test_unknown_type_gets_the_default_max_attempts(aconn: Conn, conn: Any
         "failed",
         1,
         "sweeper-1",
-        "max attempts exceeded: stale heartbeat at attempt 1 of 1",
+        "max attempts exceeded: owner unresponsive at attempt 1 of 1",
     )
 
 
-async def test_a_fresh_heartbeat_keeps_a_job_from_the_sweeper(aconn: Conn, conn: Any) -> None:
+async def test_a_live_owner_s_lease_keeps_a_job_from_the_sweeper(aconn: Conn, conn: Any) -> None:
     job = await _enqueue(aconn)
     run = await _claim_one(aconn, "w1", job)
     assert run.lease_id is not None
-    # started long ago as far as the sweeper is concerned, but it heartbeats
+    # started long ago as far as the sweeper is concerned, but its owner renews its lease
     await aconn.execute(
         "UPDATE jobsd.jobs SET started_at = now() - interval '1 hour' WHERE id = %s", (job.id,)
+    )
+    await aconn.execute(
+        "INSERT INTO jobsd.workers (worker_id, hostname, pid, alive_until) "
+        "VALUES ('w1', 'h', 1, now())"
     )
     alive = set(
         await queries.heartbeat_v2(

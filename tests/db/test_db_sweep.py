@@ -114,7 +114,7 @@ async def test_a_retried_job_is_judged_by_its_new_start(aconn: Conn, conn: Any) 
     assert (row["status"], row["attempts"]) == ("running", 2)
 
 
-async def test_a_run_whose_heartbeat_is_newer_than_its_start_is_judged_by_it(
+async def test_a_run_of_a_registered_owner_is_judged_by_the_owner_s_lease(
     aconn: Conn, conn: Any
 ) -> None:
     spec = JobSpec.build("t", {}, org_id="o")
@@ -123,14 +123,18 @@ async def test_a_run_whose_heartbeat_is_newer_than_its_start_is_judged_by_it(
         aconn, limit=1, worker_id="w1", queues=None, keep_dedup_types=[]
     )
     assert run.lease_id is not None and run.started_at is not None
-    # started long ago, beating still: alive
+    # started long ago, silent, but its owner's lease is current: alive
     conn.execute(
         "UPDATE jobsd.jobs SET started_at = started_at - interval '2 hours' WHERE id = %s",
         (run.id,),
     )
+    conn.execute(
+        "INSERT INTO jobsd.workers (worker_id, hostname, pid, alive_until) "
+        "VALUES ('w1', 'h', 1, now())"
+    )
     assert await queries.heartbeat_v2(aconn, [HeartbeatRow(run.id, run.lease_id, None)])
     assert await _sweep(aconn) == []
-    # and stale STALE_S after its last heartbeat
+    # and stale STALE_S after the lease ended
     assert await _sweep(aconn, now=datetime.now(UTC) + timedelta(seconds=STALE_S + 1)) != []
 
 
@@ -187,7 +191,7 @@ async def test_the_sweep_leaves_reserved_jobs_alone_and_an_ended_reservation_is_
     late = datetime.now(UTC) + timedelta(seconds=STALE_S + 1)
     swept = {j.id: (j.status, j.reason) for j in await _sweep(aconn, now=late)}
     assert swept == {
-        started.id: ("failed", "max attempts exceeded: stale heartbeat at attempt 1 of 1")
+        started.id: ("failed", "max attempts exceeded: owner unresponsive at attempt 1 of 1")
     }
     conn.execute(
         "UPDATE jobsd.jobs SET reserved_until = now() - interval '1 second' WHERE id = %s",

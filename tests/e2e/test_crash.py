@@ -28,12 +28,13 @@ pytestmark = [pytest.mark.slow]
 def test_kill_9_mid_job_then_a_new_daemon_rescues_it_from_its_checkpoint(
     side_db: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
 ) -> None:
-    # the dead daemon's lock is free: the new one rescues its job within a death
-    # check, long before the heartbeat threshold
+    # the dead daemon's lock is free: the new one rescues its job once its lease (2 s)
+    # is over, long before the stale threshold
     env = make_env(
         side_db,
         JOBSD_STALE_AFTER="600",
         JOBSD_DEATH_CHECK_INTERVAL="0.5",
+        JOBSD_WORKER_LEASE="2",
         JOBSD_PROGRESS_INTERVAL="0.05",
     )
     first = spawn("run", env=env)

@@ -28,11 +28,14 @@ def _history(conn: psycopg.Connection[Any], job_id: object) -> list[tuple[Any, .
 
 
 @pytest.mark.timeout(60)
-def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
+def test_kill_9_rescues_within_the_lease_requeues_at_least_once_and_fails_at_most_once(
     side_db: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
 ) -> None:
-    # the heartbeat threshold is 10 minutes: only the lock can explain a fast rescue
-    env = make_env(side_db, JOBSD_STALE_AFTER="600", JOBSD_DEATH_CHECK_INTERVAL="0.5")
+    # the stale threshold is 10 minutes: only the lock and the lease (2 s) can explain
+    # a fast rescue
+    env = make_env(
+        side_db, JOBSD_STALE_AFTER="600", JOBSD_DEATH_CHECK_INTERVAL="0.5", JOBSD_WORKER_LEASE="2"
+    )
     first = spawn("run", env=env)
     first.wait_ready()
     first_id = scalar(conn, "SELECT worker_id FROM jobsd.workers")
@@ -49,7 +52,7 @@ def test_kill_9_rescues_at_once_requeues_at_least_once_and_fails_at_most_once(
     second.wait_ready()
     assert scalar(conn, "SELECT count(*) FROM jobsd.workers") == 2
     first.send(signal.SIGKILL)
-    # both settled within 15 s of the kill: rescued by the lock, not by the heartbeat
+    # both settled within 15 s of the kill: rescued by the lock and the lease
     rescued_by = time.monotonic() + 15
     assert first.wait(10) == -signal.SIGKILL
 
@@ -94,6 +97,7 @@ def test_kill_9_leaves_jobs_claimed_ahead_queued_and_uncharged(
         side_db,
         JOBSD_STALE_AFTER="600",
         JOBSD_DEATH_CHECK_INTERVAL="0.5",
+        JOBSD_WORKER_LEASE="2",
         JOBSD_SLOTS="1",
         JOBSD_CLAIM_AHEAD_MAX_WAIT="2",  # no give-back before the kill
     )
@@ -115,7 +119,9 @@ def test_kill_9_leaves_jobs_claimed_ahead_queued_and_uncharged(
             time.sleep(0.02)
     first.send(signal.SIGKILL)
     assert first.wait(10) == -signal.SIGKILL
-    second = spawn("run", env=make_env(side_db, JOBSD_DEATH_CHECK_INTERVAL="0.5"))
+    second = spawn(
+        "run", env=make_env(side_db, JOBSD_DEATH_CHECK_INTERVAL="0.5", JOBSD_WORKER_LEASE="2")
+    )
     second.wait_ready()
     for job in ahead:
         wait_status(conn, job.id, "succeeded", timeout_s=15)

@@ -52,13 +52,15 @@ __all__ = [
 
 FAULTS_DIR = Path(__file__).resolve().parent
 
-# L = 3 s: heartbeat every 1 s, sweeps and death checks every 1 s (FAULTS.md 4.2)
+# L = 3 s: a daemon's lease (renewed every 0.5 s), and how long after its end a daemon
+# that still holds its lock is rescued; checks, sweeps and death checks every 1 s
 LEASE_S = 3.0
 LEASE_ENV = {
     "JOBSD_STALE_AFTER": "3",
     "JOBSD_HEARTBEAT_INTERVAL": "1",
     "JOBSD_SWEEP_INTERVAL": "1",
     "JOBSD_DEATH_CHECK_INTERVAL": "1",
+    "JOBSD_WORKER_LEASE": "3",
     "JOBSD_POLL_INTERVAL": "0.5",
     "JOBSD_PROGRESS_INTERVAL": "0.2",
     "JOBSD_SLOTS": "4",

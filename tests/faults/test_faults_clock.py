@@ -32,7 +32,7 @@ LIBFAKETIME = [
     Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1"),
     Path("/usr/lib/faketime/libfaketimeMT.so.1"),
 ]
-RESCUES = ("stale heartbeat", "owner died", "worker lost")
+RESCUES = ("owner unresponsive", "owner died", "worker lost")
 
 
 def _libfaketime() -> Path:

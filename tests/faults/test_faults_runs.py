@@ -1,5 +1,6 @@
-"""What a run is: a claim whose answer was lost (T22), jobs claimed ahead of the slots
-when their daemon is killed or stopped (T24).
+"""What a run is: a claim whose answer was lost (T22), a live daemon's connections
+killed one by one (T23), jobs claimed ahead of the slots when their daemon is killed or
+stopped (T24).
 
 The ledger is the truth about handler starts: every job's `attempts` must equal its
 runs in the ledger (nothing charged without a run), no job may fail without a run, and
@@ -9,8 +10,10 @@ a daemon never has more jobs `running` than its slots (plus outcomes on their wa
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -130,4 +133,66 @@ def test_t24_claimed_ahead_and_given_back(scenario: Scenario) -> None:
     scenario.expect(
         "given_back_s", round(given_back_s, 2) if given_back_s is not None else None, "<=", 1.0
     )
+    scenario.verdict()
+
+
+def _backends(scenario: Scenario, pid: int) -> dict[str, list[int]]:
+    """Map each kind of connection of the daemon ``pid`` (application_name) to the
+    server pids serving it: the daemon's side of each socket names its port."""
+    ports: set[int] = set()
+    out = subprocess.run(["ss", "-tnpH"], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and f"pid={pid}," in line:
+            ports.add(int(fields[3].rsplit(":", 1)[1]))
+    kinds: dict[str, list[int]] = {}
+    for backend, app, port in scenario.rows(
+        "SELECT pid, application_name, client_port FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name LIKE 'jobsd%%'"
+    ):
+        if port in ports:
+            kinds.setdefault(app, []).append(backend)
+    return kinds
+
+
+@pytest.mark.scenario("T23", "each connection of a live daemon killed in turn, 20 times")
+@pytest.mark.timeout(180)
+def test_t23_connections_of_live_daemons_killed(scenario: Scenario) -> None:
+    daemons = [scenario.daemon(ready=False) for _ in range(2)]
+    for daemon in daemons:
+        daemon.wait_ready()
+    kinds = ("jobsd-lifeline", "jobsd-listen", "jobsd-daemon")
+    rounds = 20
+    killed: Counter[str] = Counter()
+    for n in range(rounds):
+        scenario.enqueue(4, types=("work", "once"), ms=800)
+        daemon = daemons[n % 2]
+        kind = kinds[(n // 2) % len(kinds)]
+        deadline = time.monotonic() + 10
+        while not (backends := _backends(scenario, daemon.pid).get(kind)):
+            assert time.monotonic() < deadline, f"no {kind} connection of {daemon.pid}"
+            time.sleep(0.05)
+        if scenario.scalar("SELECT pg_terminate_backend(%s)", (backends[0],)):
+            killed[kind] += 1
+        time.sleep(0.6)
+    scenario.wait_settled(timeout_s=60)
+    exits = [scenario.stop(daemon) for daemon in daemons]
+    audit = scenario.audit()
+    charged, failed_unrun = _charges(scenario)
+    rescues = int(
+        scenario.scalar(
+            "SELECT count(*) FROM jobsd.job_events WHERE reason IN "
+            "('owner died', 'owner unresponsive', 'worker lost', 'fenced')"
+        )
+    )
+    scenario.record(killed=dict(killed), rounds=rounds)
+    scenario.expect_clean(audit)
+    scenario.expect("connections_killed", sum(killed.values()), ">=", rounds)
+    scenario.expect("lifelines_killed", killed["jobsd-lifeline"], ">=", 6)
+    scenario.expect("rescues_of_live_runs", rescues, "==", 0)
+    scenario.expect("overlapping_runs", audit.overlaps, "==", 0)
+    scenario.expect("charged_without_run", charged, "==", 0)
+    scenario.expect("failed_without_run", failed_unrun, "==", 0)
+    scenario.expect("succeeded", audit.by_status.get("succeeded", 0), "==", audit.jobs)
+    scenario.expect("daemon_exits", exits, "==", [0, 0])
     scenario.verdict()

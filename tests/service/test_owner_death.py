@@ -130,7 +130,7 @@ async def test_a_stale_at_most_once_job_fails_as_worker_lost_whatever_its_attemp
         "running",
         "failed",
         3,
-        "max attempts exceeded: stale heartbeat at attempt 3 of 3",
+        "max attempts exceeded: owner unresponsive at attempt 3 of 3",
     )
     await assert_history_complete_async(db)
 

@@ -1,6 +1,6 @@
 """Each service built on its own and stepped with ``run_once`` on a pinned clock.
 
-No daemon and no waiting on the wall clock: a job due in an hour, a stale heartbeat,
+No daemon and no waiting on the wall clock: a job due in an hour, a owner unresponsive,
 a heartbeat interval are reached by moving a ``ManualClock``.
 """
 
@@ -159,8 +159,8 @@ async def test_sweeper_finds_a_heartbeat_stale_on_its_clock(
 async def test_sweeper_holds_off_after_the_database_clock_steps_forward(
     pool: AsyncPool, client: jobsd.Client, db: ADb, registry: Registry
 ) -> None:
-    """T11b: a step of the clock that stamps heartbeats ages them all at once; live
-    owners are not swept, a silent one still is once the hold (the lease) is over."""
+    """T11b: a step of the clock that stamps leases ages them all at once; live
+    owners are not swept, a silent one still is once the hold is over."""
 
     @jobsd.handler("mail", max_attempts=3, registry=registry)
     async def mail(ctx: jobsd.JobContext) -> None:
@@ -171,13 +171,19 @@ async def test_sweeper_holds_off_after_the_database_clock_steps_forward(
     silent = await client.enqueue("mail", org_id="acme")
 
     async def beat(job_id: uuid.UUID) -> None:
+        # each job's owner (a worker of its own) renews its lease, ending now
+        owner = f"w:{job_id}"
         await db.execute(
             "UPDATE jobsd.jobs SET status = 'running', attempts = 1,"
-            " lease_id = coalesce(lease_id, gen_random_uuid()), worker_id = 'w:1:x',"
-            " started_at = coalesce(started_at, %(now)s),"
-            " progress = jsonb_build_object('updated_at', %(now)s::timestamptz)"
-            " WHERE id = %(id)s",
-            {"now": clock.now(), "id": job_id},
+            " lease_id = coalesce(lease_id, gen_random_uuid()), worker_id = %(owner)s,"
+            " started_at = coalesce(started_at, %(now)s) WHERE id = %(id)s",
+            {"now": clock.now(), "id": job_id, "owner": owner},
+        )
+        await db.execute(
+            "INSERT INTO jobsd.workers (worker_id, hostname, pid, alive_until)"
+            " VALUES (%(owner)s, 'h', 1, %(now)s) ON CONFLICT (worker_id)"
+            " DO UPDATE SET alive_until = excluded.alive_until",
+            {"now": clock.now(), "owner": owner},
         )
 
     await beat(live.id)
@@ -194,7 +200,7 @@ async def test_sweeper_holds_off_after_the_database_clock_steps_forward(
     clock.advance(1)
     assert await sweeper.sweep_stale() == {}
 
-    clock.jump(6)  # both heartbeats are now 7 s old on that clock: twice the lease
+    clock.jump(6)  # both leases are now 7 s old on that clock: twice the threshold
     assert await sweeper.sweep_stale() == {}
     assert sweeper.clock_watch.jumps == 1
     clock.advance(1)
@@ -204,7 +210,7 @@ async def test_sweeper_holds_off_after_the_database_clock_steps_forward(
     await beat(live.id)
     # the hold is over: the owner that never beat again is swept, the live one is not
     assert await sweeper.sweep_stale() == {"queued": 1}
-    assert (await fetch_job(db, silent.id))["reason"] == "stale heartbeat"
+    assert (await fetch_job(db, silent.id))["reason"] == "owner unresponsive"
     assert (await fetch_job(db, live.id))["status"] == "running"
 
 
@@ -251,7 +257,9 @@ async def test_runner_completer_and_hooks_see_a_job_through(
 
 
 async def test_lifeline_registers_touches_and_deregisters(db_url: str, db: ADb) -> None:
-    cfg = LifelineSettings(worker_id=WORKER, interval_s=5.0, hostname="test-host", pid=1)
+    cfg = LifelineSettings(
+        worker_id=WORKER, interval_s=5.0, lease_s=30.0, hostname="test-host", pid=1
+    )
     lifeline = Lifeline(partial(open_worker_connection, db_url), cfg, ManualClock())
 
     async def locked_elsewhere() -> bool:
@@ -310,7 +318,9 @@ async def test_listener_wakes_the_claimer_for_its_queues_only(db_url: str, db: A
 
 
 async def test_a_lost_lifeline_connection_is_dropped_and_remade(db_url: str, db: ADb) -> None:
-    cfg = LifelineSettings(worker_id=WORKER, interval_s=5.0, hostname="test-host", pid=1)
+    cfg = LifelineSettings(
+        worker_id=WORKER, interval_s=5.0, lease_s=30.0, hostname="test-host", pid=1
+    )
     lifeline = Lifeline(partial(open_worker_connection, db_url), cfg, ManualClock())
     try:
         assert await lifeline.run_once() is True

@@ -55,7 +55,7 @@ async def make_zombie(
         )
         if attempt < attempts:
             await db.execute(
-                "UPDATE jobsd.jobs SET status = 'queued', reason = 'stale heartbeat', "
+                "UPDATE jobsd.jobs SET status = 'queued', reason = 'owner unresponsive', "
                 "lease_id = NULL WHERE id = %s",
                 (job.id,),
             )
@@ -95,7 +95,7 @@ async def test_zombie_is_requeued_and_runs_again_from_its_checkpoint(
     assert done["progress"]["done"] == 100
     history = await events_of(db, zombie)
     assert history[-3:] == [
-        ("running", "queued", 1, "stale heartbeat"),
+        ("running", "queued", 1, "owner unresponsive"),
         ("queued", "running", 2, None),
         ("running", "succeeded", 2, None),
     ]
@@ -140,7 +140,7 @@ async def test_zombie_at_the_cap_fails_for_good_and_the_queue_goes_on(
 
     dead = await fetch_job(db, capped)
     assert dead["status"] == "failed"
-    exhausted = "max attempts exceeded: stale heartbeat at attempt 3 of 3"
+    exhausted = "max attempts exceeded: owner unresponsive at attempt 3 of 3"
     assert (dead["error"], dead["reason"]) == (exhausted, exhausted)
     assert dead["attempts"] == 3
     assert dead["lease_id"] is None

@@ -33,14 +33,16 @@ def fast_settings(db_url: str, **overrides: Any) -> Settings:
 
 
 @asynccontextmanager
-async def running_daemon(settings: Settings, registry: Registry) -> AsyncIterator[Daemon]:
+async def running_daemon(
+    settings: Settings, registry: Registry, **daemon_args: Any
+) -> AsyncIterator[Daemon]:
     """Run a daemon in the current event loop; stop it gracefully on exit.
 
     The daemon is built inside the running loop, as it must be. Leaving the block waits
     until it has written every outcome and closed its pool.
     """
     async with anyio.create_task_group() as tg:
-        daemon = Daemon(settings, registry)
+        daemon = Daemon(settings, registry, **daemon_args)
         tg.start_soon(partial(daemon.run, handle_signals=False), name="daemon")
         try:
             with anyio.fail_after(15):
