@@ -21,6 +21,8 @@ __all__ = [
     "JobEvent",
     "JobStatus",
     "QueueInfo",
+    "last_progress_at",
+    "silence_s",
 ]
 
 
@@ -184,6 +186,15 @@ class Job:
         )  # fmt: skip
 
     @property
+    def last_progress_at(self) -> datetime | None:
+        """Return the handler's last sign of life while the job runs (else None)."""
+        return last_progress_at(self.status, self.progress, self.started_at)
+
+    def silence_s(self, now: datetime) -> float | None:
+        """Return how long the running handler has been silent at ``now`` (else None)."""
+        return silence_s(self.status, self.progress, self.started_at, now)
+
+    @property
     def reservation(self) -> datetime | None:
         """Return when the job's reservation ends while it is queued and reserved."""
         return self.reserved_until if self.status is JobStatus.QUEUED else None
@@ -309,3 +320,34 @@ class QueueInfo:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def last_progress_at(
+    status: str, progress: dict[str, Any] | None, started_at: datetime | None
+) -> datetime | None:
+    """Return a running job's last sign of life from its handler: its last progress
+    (``progress.updated_at``, written only when the handler reports progress) or, if
+    later, this run's start (a re-run carries its previous run's progress). None
+    unless the job runs."""
+    if status != JobStatus.RUNNING or started_at is None:
+        return None
+    stamp = (progress or {}).get("updated_at")
+    if isinstance(stamp, str):
+        try:
+            reported = datetime.fromisoformat(stamp)
+        except ValueError:
+            return started_at
+        if reported.tzinfo is not None and reported > started_at:
+            return reported
+    return started_at
+
+
+def silence_s(
+    status: str, progress: dict[str, Any] | None, started_at: datetime | None, now: datetime
+) -> float | None:
+    """Return how long a running job's handler has been silent at ``now`` (None unless
+    it runs): the time since ``last_progress_at``."""
+    last = last_progress_at(status, progress, started_at)
+    if last is None:
+        return None
+    return max((now - last).total_seconds(), 0.0)

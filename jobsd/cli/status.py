@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 
 import click
 
@@ -58,6 +58,9 @@ def _print_job(job: Job, events: list[JobEvent]) -> None:
         ("started", _when(job.started_at)),
         ("finished", _when(job.finished_at)),
     ]
+    silent = job.silence_s(datetime.now(UTC))
+    if silent is not None:
+        fields.append(("silent", f"{silent:.1f} s since its last progress (or start)"))
     if job.dedup_key:
         fields.append(("dedup key", job.dedup_key))
     if job.priority:

@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -29,7 +30,7 @@ from jobsd.errors import BackendUnavailable, DatabaseError
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import endpoint_name
 from jobsd.http.protocols import RunTimesView
-from jobsd.store import api, schedules
+from jobsd.store import api, handlers, schedules
 
 __all__ = ["JobsdCollector", "RequestMetrics", "metrics_router", "request_counter"]
 
@@ -46,6 +47,7 @@ class JobsdCollector(Collector):
         self._depth: list[tuple[str, str, int]] | None = None
         self._notify_usage: float | None = None
         self._ticks: list[tuple[str, dict[str, int]]] | None = None
+        self._running: dict[str, Any] | None = None
 
     async def refresh(self) -> None:
         """Read queue depth from the database (call before generating the exposition)."""
@@ -53,6 +55,7 @@ class JobsdCollector(Collector):
         self._depth = None
         self._notify_usage = None
         self._ticks = None
+        self._running = None
         if not backend.started:
             return
         try:
@@ -76,6 +79,13 @@ class JobsdCollector(Collector):
             )
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.notify_usage_unavailable", extra={"error": str(exc)})
+        try:
+            self._running = await backend.probes.get(
+                "running health",
+                lambda: backend.probe_read("running health", handlers.running_health),
+            )
+        except (BackendUnavailable, DatabaseError) as exc:
+            log.warning("metrics.running_health_unavailable", extra={"error": str(exc)})
         try:
             infos = await backend.read("schedule counters", schedules.info)
         except (BackendUnavailable, DatabaseError) as exc:
@@ -103,6 +113,13 @@ class JobsdCollector(Collector):
                 "jobsd_notification_queue_usage",
                 "Share of the cluster's NOTIFY queue in use (0 to 1).",
                 value=self._notify_usage,
+            )
+        if self._running is not None:
+            yield GaugeMetricFamily(
+                "jobsd_running_longest_silence_seconds",
+                "The longest time a running job's handler has gone without reporting "
+                "progress (since its start if it never has), every org's; 0 when none runs.",
+                value=self._running.get("oldest_running_idle_s") or 0.0,
             )
         if self._ticks is not None:
             ticks = CounterMetricFamily(

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from jobsd.jobspec import EnqueueOptions
-from jobsd.models import QUEUE_NAME_PATTERN, Job, JobStatus
+from jobsd.models import QUEUE_NAME_PATTERN, Job, JobStatus, last_progress_at, silence_s
 
 __all__ = [
     "QUEUE_PATTERN",
@@ -152,6 +152,10 @@ class HistoryItem(BaseModel):
     worker: str | None = Field(description="Who made the change (a worker id, or 'api').")
 
 
+# fields of a job's answer computed from the others when it is built
+_COMPUTED = frozenset({"last_progress_at", "silence_s"})
+
+
 class JobSummary(BaseModel):
     """A job as listed: everything but its payload and report."""
 
@@ -178,17 +182,32 @@ class JobSummary(BaseModel):
         "daemon may claim it. A reservation charges no attempt.",
     )
 
+    last_progress_at: datetime | None = Field(
+        default=None,
+        description="Set while the job runs: when its handler last reported progress "
+        "(or started, if it has not since). The daemon's own liveness is not in it.",
+    )
+    silence_s: float | None = Field(
+        default=None,
+        description="Set while the job runs: seconds since last_progress_at, when this "
+        "answer was made. A handler silent past its type's stall_after is ended.",
+    )
+
     @model_validator(mode="after")
-    def _reserved_only_while_queued(self) -> JobSummary:
+    def _while_queued_or_running(self) -> JobSummary:
         # a job cancelled while reserved keeps the column; it is no reservation then
         if self.status is not JobStatus.QUEUED:
             self.reserved_until = None
+        self.last_progress_at = last_progress_at(self.status, self.progress, self.started_at)
+        self.silence_s = silence_s(self.status, self.progress, self.started_at, datetime.now(UTC))
+        if self.silence_s is not None:
+            self.silence_s = round(self.silence_s, 3)
         return self
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> JobSummary:
         """Build from a row of ``api_jobs_list``."""
-        return cls.model_validate({k: row[k] for k in cls.model_fields})
+        return cls.model_validate({k: row[k] for k in cls.model_fields if k not in _COMPUTED})
 
 
 class JobOut(JobSummary):
@@ -203,7 +222,8 @@ class JobOut(JobSummary):
     @classmethod
     def from_job(cls, job: Job) -> JobOut:
         """Build from a ``Job``."""
-        return cls.model_validate({k: getattr(job, k) for k in cls.model_fields})
+        fields = {k: getattr(job, k) for k in cls.model_fields if k not in _COMPUTED}
+        return cls.model_validate(fields)
 
 
 class JobDetail(JobOut):
@@ -215,7 +235,7 @@ class JobDetail(JobOut):
     def from_row(cls, row: dict[str, Any]) -> JobDetail:
         """Build from a row of ``api_jobs_get`` (the history as parallel arrays)."""
         job = Job.from_row(row)
-        fields = {k: getattr(job, k) for k in JobOut.model_fields}
+        fields = {k: getattr(job, k) for k in JobOut.model_fields if k not in _COMPUTED}
         names = ("h_from", "h_to", "h_at", "h_attempt", "h_reason", "h_worker")
         columns = [row[n] or [] for n in names]
         history = [
@@ -315,7 +335,9 @@ class HealthReport(BaseModel):
     )
     oldest_running_idle_s: float | None = Field(
         default=None,
-        description="The longest time a running job has gone without progress or heartbeat.",
+        description="The longest silence of a running job: the time since its handler "
+        "last reported progress (or started, if it has not since). The daemon's own "
+        "liveness is its lease, not in it.",
     )
     recovery_required: int | None = Field(
         default=None,

@@ -38,7 +38,8 @@ async def claim_fail_hooks(
 
 
 async def running_health(conn: AsyncConn) -> dict[str, Any]:
-    """Return the oldest running job's age and idle time (s) and the number of
+    """Return the oldest running job's age, the longest silence of a running job (time
+    since its handler's last progress, or its start) in seconds, and the number of
     ``recovery_required`` jobs, every org's."""
     with db_errors("running health"):
         rows = await run_named(conn, "jobs_running_health", {})

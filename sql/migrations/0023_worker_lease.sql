@@ -18,3 +18,20 @@
 -- Never edit this file once shipped: add a new numbered migration instead.
 
 ALTER TABLE jobsd.workers ADD COLUMN alive_until timestamptz NOT NULL DEFAULT now();
+
+-- The longest silence among running jobs: the time since the handler's last progress
+-- or, if later, this run's start (a re-run carries its previous run's progress).
+CREATE OR REPLACE FUNCTION jobsd.running_health()
+RETURNS TABLE (oldest_running_age_s float8, oldest_running_idle_s float8,
+               recovery_required bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, jobsd, pg_temp
+AS $$
+  SELECT
+    (SELECT extract(epoch FROM now() - min(j.started_at))::float8
+     FROM jobsd.jobs AS j WHERE j.status = 'running'),
+    (SELECT extract(epoch FROM now() - min(greatest(
+               (j.progress ->> 'updated_at')::timestamptz, j.started_at)))::float8
+     FROM jobsd.jobs AS j WHERE j.status = 'running'),
+    (SELECT count(*) FROM jobsd.jobs AS j WHERE j.status = 'recovery_required')
+$$;

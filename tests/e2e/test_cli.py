@@ -127,6 +127,31 @@ def test_status_shows_a_reservation_while_the_job_is_queued(
     assert shown["reserved_until"] is not None
 
 
+def test_status_shows_how_long_a_running_handler_has_been_silent(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    env = make_env(db_url)
+    made = run_cli("enqueue", "noop", "--org", "acme", env=env)
+    assert made.returncode == 0, made.stderr
+    job_id = made.stdout.strip()
+    # running for 2 minutes, its last progress 90 s ago
+    conn.execute(
+        "UPDATE jobsd.jobs SET status = 'running', attempts = 1, worker_id = 'host:42:a', "
+        "lease_id = gen_random_uuid(), started_at = now() - interval '2 minutes', "
+        "progress = jsonb_build_object('done', 1, 'updated_at', now() - interval '90 s') "
+        "WHERE id = %s",
+        (job_id,),
+    )
+    text = run_cli("status", job_id, env=env)
+    assert text.returncode == 0, text.stderr
+    lines = {line.split("  ", 1)[0]: line for line in text.stdout.splitlines()}
+    silent = float(lines["silent"].split()[1])
+    assert 90 <= silent < 150, lines["silent"]
+    conn.execute("UPDATE jobsd.jobs SET status = 'succeeded' WHERE id = %s", (job_id,))
+    finished = run_cli("status", job_id, env=env).stdout
+    assert "silent" not in {line.split("  ", 1)[0] for line in finished.splitlines()}
+
+
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [

@@ -226,6 +226,9 @@ async def test_the_dashboard_in_chromium(db_url: str, chromium: Any, shots: Path
         first = await until(lambda: progress_value(bar), lambda v: v > 0)
         moved = await until(lambda: progress_value(bar), lambda v: v > first)
         assert moved > first
+        # its silence is shown: short, since the handler reports progress
+        silence = await b.page.locator("#silence").inner_text()
+        assert "since the handler's last progress" in silence, silence
         await b.shot("job-running")
 
         # overview: the queues, the chart, the daemon

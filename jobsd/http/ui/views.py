@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from jobsd.admin.queues import list_queues
-from jobsd.models import OPEN_STATES, JobEvent, JobStatus
+from jobsd.models import OPEN_STATES, JobEvent, JobStatus, last_progress_at
 from jobsd.store import jobs_ops
 from jobsd.store import ui as store
 from jobsd.store.api import Cursor
@@ -161,11 +161,13 @@ def progress_of(progress: dict[str, Any] | None) -> tuple[int, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """A job page: the row, its history, and its progress as (done, total)."""
+    """A job page: the row, its history, its progress as (done, total), and while it
+    runs its handler's last sign of life (``models.last_progress_at``)."""
 
     job: dict[str, Any]
     events: list[JobEvent]
     progress: tuple[int, int] | None
+    last_progress_at: datetime | None = None
 
 
 async def job_view(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> JobView | None:
@@ -174,7 +176,8 @@ async def job_view(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> Jo
     if row is None:
         return None
     events = await store.job_events(conn, job_id, org_id)
-    return JobView(row, events, progress_of(row.get("progress")))
+    last = last_progress_at(str(row["status"]), row.get("progress"), row.get("started_at"))
+    return JobView(row, events, progress_of(row.get("progress")), last)
 
 
 @dataclass(frozen=True, slots=True)

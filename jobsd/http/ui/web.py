@@ -80,6 +80,13 @@ def _ago(value: datetime | None) -> str:
     return span(seconds) + " ago" if seconds >= 0 else "in " + span(-seconds)
 
 
+def _for(value: datetime | None) -> str:
+    """Return how long it has been since ``value`` (a silence: ``12 s``)."""
+    if value is None:
+        return ""
+    return span(max((datetime.now(UTC) - value).total_seconds(), 0.0))
+
+
 def _short_id(value: object) -> str:
     """Return the end of a job id: UUIDv7 ids made close together share their start."""
     return "…" + str(value)[-12:]
@@ -95,7 +102,7 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(ago=_ago, span=span, when=_when, short_id=_short_id)
+    env.filters.update(ago=_ago, since=_for, span=span, when=_when, short_id=_short_id)
     return env
 
 
