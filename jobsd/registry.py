@@ -97,24 +97,12 @@ class Registry:
         """List the types delivered at most once (a claim never takes them ahead of a slot)."""
         return sorted(t for t, s in self._specs.items() if s.delivery == "at_most_once")
 
-    def max_attempts(self) -> dict[str, int]:
-        """Map each type to its max_attempts."""
-        return {t: s.max_attempts for t, s in self._specs.items()}
-
     def concurrency_limits(self) -> dict[str, int]:
         """Map each type that declares one to its per-key concurrency limit."""
         return {
             t: s.concurrency_limit
             for t, s in self._specs.items()
             if s.concurrency_limit is not None
-        }
-
-    def deliveries(self) -> dict[str, str]:
-        """Map each type to what the sweeper does when its owner dies: its delivery, or
-        ``recover`` for an at_most_once type with a recover hook."""
-        return {
-            t: "recover" if s.delivery == "at_most_once" and s.recover else s.delivery
-            for t, s in self._specs.items()
         }
 
     def timeouts(self, default_s: float | None) -> dict[str, float | None]:

@@ -33,6 +33,9 @@ __all__ = [
     "Finished",
     "HeartbeatRow",
     "PromoteResult",
+    "RescueCandidate",
+    "RescueDecider",
+    "RescueVerdict",
     "Started",
     "cancel_job",
     "claim_batch",
@@ -48,6 +51,8 @@ __all__ = [
     "owned_unheld",
     "promote_due",
     "release_reserved",
+    "rescue_apply_params",
+    "rescue_params",
     "resolve_job",
     "start_reserved",
     "sweep_dead_workers",
@@ -340,28 +345,74 @@ def _cap(error: str | None) -> str | None:
     return cap_error(error, mark=False) if error is not None else None
 
 
-def _sweep_params(
-    max_attempts: dict[str, int],
-    delivery: dict[str, str] | None,
-    default_max_attempts: int,
+@dataclass(frozen=True, slots=True)
+class RescueCandidate:
+    """A running job a rescue pass locked: what deciding its fate needs."""
+
+    id: uuid.UUID
+    type: str
+    attempts: int
+    cancel_requested: bool
+    dead: bool
+    """its owner is dead (else unresponsive)"""
+
+
+@dataclass(frozen=True, slots=True)
+class RescueVerdict:
+    """What a rescued job becomes: the daemon's decision, written as it is."""
+
+    status: str
+    reason: str
+    error: str | None = None
+    """the cause kept in ``error``; None keeps the job's own"""
+
+
+RescueDecider = Callable[[RescueCandidate], RescueVerdict]
+"""decides a rescued job's fate (``worker/decide.py``): the statements hold no rule"""
+
+
+def rescue_params(
     *,
     stale_after_s: float | None = None,
     now: datetime | None = None,
     dead_workers: Sequence[str] = (),
     only: uuid.UUID | None = None,
 ) -> dict[str, Any]:
-    """Return the parameters of ``jobs_sweep_stale``: the types' rules as parallel arrays."""
-    types = sorted(set(max_attempts) | set(delivery or {}))
+    """Return the parameters of ``jobs_rescue_candidates``."""
     return {
         "now": now,
         "only": only,
         "stale_after_s": stale_after_s,
-        "types": types,
-        "max_attempts": [max_attempts.get(t) for t in types],
-        "deliveries": [(delivery or {}).get(t) for t in types],
-        "default_max_attempts": default_max_attempts,
         "dead_workers": list(dead_workers),
     }
+
+
+def rescue_apply_params(rows: Sequence[Mapping[str, Any]], decide: RescueDecider) -> dict[str, Any]:
+    """Decide the fate of each row of ``jobs_rescue_candidates``; return the parameters
+    of ``jobs_rescue_apply`` that write it."""
+    verdicts = [
+        (r["id"], decide(RescueCandidate(r["id"], r["type"], r["attempts"],
+                                         r["cancel_requested"], r["dead"])))
+        for r in rows
+    ]  # fmt: skip
+    return {
+        "ids": [job_id for job_id, _ in verdicts],
+        "statuses": [v.status for _, v in verdicts],
+        "reasons": [v.reason for _, v in verdicts],
+        "errors": [_cap(v.error) for _, v in verdicts],
+    }
+
+
+async def _rescue(
+    conn: AsyncConn, worker_id: str, decide: RescueDecider, params: dict[str, Any]
+) -> list[Job]:
+    """Lock the candidates, decide, write; inside the caller's transaction."""
+    await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
+    rows = await run_named(conn, "jobs_rescue_candidates", params)
+    if not rows:
+        return []
+    written = await run_named(conn, "jobs_rescue_apply", rescue_apply_params(rows, decide))
+    return [Job.from_row(r) for r in written]
 
 
 async def db_now(conn: AsyncConn) -> datetime:
@@ -377,21 +428,16 @@ async def sweep_stale(
     *,
     worker_id: str,
     stale_after_s: float,
-    max_attempts: dict[str, int],
-    default_max_attempts: int,
-    delivery: dict[str, str] | None = None,
+    decide: RescueDecider,
     now: datetime | None = None,
     only: uuid.UUID | None = None,
 ) -> list[Job]:
-    """Rescue running jobs whose heartbeat is stale, per their type's delivery
-    (``only``: that job alone, if it is stale)."""
-    rules = (max_attempts, delivery, default_max_attempts)
-    params = _sweep_params(*rules, stale_after_s=stale_after_s, now=now, only=only)
+    """Rescue the running jobs of unresponsive owners as ``decide`` says (``only``:
+    that job alone, if it is one of them)."""
+    params = rescue_params(stale_after_s=stale_after_s, now=now, only=only)
     with db_errors(f"sweep by worker {worker_id!r}"):
         async with conn.transaction():
-            await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
-            rows = await run_named(conn, "jobs_sweep_stale", params)
-    return [Job.from_row(r) for r in rows]
+            return await _rescue(conn, worker_id, decide, params)
 
 
 async def stale_jobs(
@@ -414,14 +460,10 @@ class DeadSweep:
 
 
 async def sweep_dead_workers(
-    conn: AsyncConn,
-    *,
-    worker_id: str,
-    max_attempts: dict[str, int],
-    default_max_attempts: int,
-    delivery: dict[str, str] | None = None,
+    conn: AsyncConn, *, worker_id: str, decide: RescueDecider
 ) -> DeadSweep:
-    """Take the lock of every dead registered worker, rescue its jobs, delete its row.
+    """Take the lock of every dead registered worker, rescue its jobs as ``decide``
+    says, delete its row.
 
     One transaction: the locks are transaction-scoped, so no other sweeper can act on
     the same worker meanwhile, and the commit releases them.
@@ -432,12 +474,9 @@ async def sweep_dead_workers(
             dead = [r["worker_id"] for r in found]
             if not dead:
                 return DeadSweep([], [])
-            await run_named(conn, "admin_set_actor", {"worker_id": worker_id})
-            rules = (max_attempts, delivery, default_max_attempts)
-            params = _sweep_params(*rules, dead_workers=dead)
-            rows = await run_named(conn, "jobs_sweep_stale", params)
+            jobs = await _rescue(conn, worker_id, decide, rescue_params(dead_workers=dead))
             await run_named(conn, "workers_delete_many", {"worker_ids": dead})
-    return DeadSweep(dead, [Job.from_row(r) for r in rows])
+    return DeadSweep(dead, jobs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,9 @@ from jobsd.registry import Registry
 from jobsd.tracing import job_span
 from jobsd.worker.children import ChildPool, ChildSettings
 from jobsd.worker.clock import Clock
+from jobsd.worker.decide import End, Facts, Rules, decide
 from jobsd.worker.faults import crash_at
-from jobsd.worker.holdings import Held, Holdings
+from jobsd.worker.holdings import Held, Holdings, RunStop
 from jobsd.worker.invoke import RunLimits, run_handler
 from jobsd.worker.outcome import ERROR_MAX_BYTES, Outcome, cap_error, failure
 from jobsd.worker.stats import DaemonStats
@@ -157,15 +158,14 @@ class JobRunner:
             self._spawn(held)
         else:  # the runner is gone (a stop past its grace): write it back unrun
             self.holdings.release_slot(held)
-            self.submit(held, self._interrupted(held.job))
+            self.submit(held, self._ended(held.job, End.SHUTDOWN))
 
     def _spawn(self, held: Held) -> None:
         # the run's scope (held.scope) exists before its task starts: a cancel in between
         # reaches it. One scope per run for every cancel (lease lost, cancel request,
         # stop): a second scope for the stop alone cost ~5 µs per job.
         if self.fenced:  # started by a claim in flight when the fence closed: stop it
-            held.interrupted = held.fenced = True
-            held.scope.cancel()
+            self.holdings.interrupt(held, RunStop.FENCED)
         task = asyncio.get_running_loop().create_task(self._execute(held))
         self._runs[task] = held
         task.add_done_callback(self._task_done)
@@ -264,9 +264,7 @@ class JobRunner:
         self.fenced = True
         self._give_back_waiting()
         for held in list(self._runs.values()):
-            if not held.finished:
-                held.interrupted = held.fenced = True
-                held.scope.cancel()
+            self.holdings.interrupt(held, RunStop.FENCED)
 
     def unfence(self) -> None:
         """Let runs start again: the lease was renewed."""
@@ -288,16 +286,14 @@ class JobRunner:
         # through each run's scope, as a task group's cancel would: a handler that
         # has just returned is not interrupted on its way out
         for held in list(self._runs.values()):
-            if not held.finished:
-                held.interrupted = True
-                held.scope.cancel()
+            self.holdings.interrupt(held, RunStop.SHUTDOWN)
 
     async def _execute(self, held: Held) -> Outcome:
         job = held.job
         outcome: Outcome | None = None
         try:
             # a run may have lost its lease, or had a cancel request, before its task began
-            if not (held.lost or held.cancel_requested):
+            if held.stop not in (RunStop.CANCEL_REQUESTED, RunStop.LEASE_LOST, RunStop.SUPERSEDED):
                 with held.scope, job_span(job) as span:
                     outcome = await run_handler(
                         job,
@@ -313,15 +309,16 @@ class JobRunner:
             # then let go
             self._write_back(held)
             raise
-        if outcome is None and held.interrupted and not held.lost:
-            # the stop, past the grace time, cancelled the handler (``cancel``)
+        stop = held.stop
+        if outcome is None and stop in (RunStop.SHUTDOWN, RunStop.FENCED):
+            # the stop past its grace time (``cancel``), or the fence, cancelled the handler
             return self._write_back(held)
         if self.cfg.fault == "after_publish":
             crash_at("after_publish", [str(job.id)])
         took_s = self.holdings.release_slot(held)
         self.stats.run_s.observe(self.stats.label(job.type), took_s)
-        if outcome is None and held.cancel_requested and not held.lost:
-            outcome = self._cancelled(job)
+        if outcome is None and stop is RunStop.CANCEL_REQUESTED:
+            outcome = self._ended(job, End.CANCELLED)
         if outcome is None:  # our scope was cancelled: the lease is gone
             outcome = failure("lease lost", reason="lease lost")
         self.submit(held, outcome)
@@ -330,43 +327,13 @@ class JobRunner:
     def _write_back(self, held: Held) -> Outcome:
         """Free the slot of a run the stop interrupted and submit what it becomes."""
         self.holdings.release_slot(held)
-        outcome = self._interrupted(held.job, fenced=held.fenced)
+        outcome = self._ended(held.job, End.FENCED if held.fenced else End.SHUTDOWN)
         self.submit(held, outcome)
         return outcome
 
-    def _ask_recover(self, job: Job, reason: str, error: str) -> Outcome | None:
-        """Return ``recovery_required`` for an at_most_once type with a recover hook (a
-        run stopped mid-way: whether its work happened is for the hook to say), else None."""
-        spec = self.registry.get(job.type)
-        if spec is not None and spec.delivery == "at_most_once" and spec.recover is not None:
-            return Outcome(status="recovery_required", reason=reason, error=error)
-        return None
-
-    def _cancelled(self, job: Job) -> Outcome:
-        unknown = self._ask_recover(
-            job, "cancel requested", "cancelled while running: outcome unknown"
-        )
-        return unknown or Outcome(status="cancelled", reason="cancel requested")
-
-    def _interrupted(self, job: Job, *, fenced: bool = False) -> Outcome:
-        if fenced:
-            reason = "fenced"
-            message = (
-                "fenced: the daemon could not renew its lease in time and stopped the run "
-                "before another daemon could rescue the job"
-            )
-        else:
-            reason = "shutdown"
-            message = "interrupted: the daemon shut down before the job finished"
-        unknown = self._ask_recover(job, reason, message)
-        if unknown is not None:
-            return unknown
-        spec = self.registry.get(job.type)
-        # an interrupted run's outcome is unknown: only at_least_once may run it again
-        if (
-            spec is not None
-            and spec.delivery == "at_least_once"
-            and job.attempts < spec.max_attempts
-        ):
-            return Outcome(status="queued", reason=reason)
-        return failure(message, reason=reason)
+    def _ended(self, job: Job, end: End) -> Outcome:
+        """Return what a run stopped from outside its handler becomes (``decide``)."""
+        verdict = decide(end, Rules.of(self.registry.get(job.type)), Facts(job.attempts))
+        if verdict.status == "failed":
+            return failure(verdict.error or verdict.reason, reason=verdict.reason)
+        return Outcome(status=str(verdict.status), reason=verdict.reason, error=verdict.error)

@@ -3,6 +3,7 @@ outcome not yet written."""
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections import deque
 from collections.abc import Iterator
@@ -15,7 +16,14 @@ from jobsd.context import JobContext
 from jobsd.models import Job
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["AHEAD_EXPECTED_WAIT_SHARE", "AHEAD_MAX_WAIT_S", "Held", "Holdings"]
+__all__ = [
+    "AHEAD_EXPECTED_WAIT_SHARE",
+    "AHEAD_MAX_WAIT_S",
+    "Held",
+    "Holdings",
+    "RunPhase",
+    "RunStop",
+]
 
 AHEAD_MAX_WAIT_S = 1.0
 """the default of ``JOBSD_CLAIM_AHEAD_MAX_WAIT`` (Settings.claim_ahead_max_wait): how
@@ -30,31 +38,91 @@ this share of ``ahead_max_wait_s`` (at most ``ahead``)"""
 _RUN_S_WEIGHT = 0.2
 
 
+class RunPhase(enum.Enum):
+    """Where a held run is in its life; it only moves forward."""
+
+    RESERVED = "reserved"
+    """queued in the database under this daemon's reservation: no slot, no handler"""
+    STARTING = "starting"
+    """a slot taken, its start (queued -> running, under ``start_lease_id``) in flight"""
+    RUNNING = "running"
+    """running in the database, a slot taken: its handler runs (or is about to)"""
+    ENDED = "ended"
+    """its handler returned, or it never started: no slot; its outcome is on its way"""
+
+
+class RunStop(enum.IntEnum):
+    """Why a run was stopped from outside its handler. A stronger cause replaces a
+    weaker one (``Held.stop_for``): a lost lease makes any outcome moot, the daemon's
+    fence or stop writes the job back, a cancel request cancels it."""
+
+    NONE = 0
+    CANCEL_REQUESTED = 1
+    """a cancel request reached the run: its handler is cancelled, the job written cancelled"""
+    SHUTDOWN = 2
+    """the daemon's stop cancelled it past its grace time: the job is written back"""
+    FENCED = 3
+    """the daemon's lease may run out (``fence.py``): the job is written back"""
+    LEASE_LOST = 4
+    """its lease is gone (swept, cancelled, claimed elsewhere): its outcome is discarded"""
+    SUPERSEDED = 5
+    """this daemon claimed the job again under a new lease: this run can never report"""
+
+
 @dataclass(slots=True)
 class Held:
-    """One job held under a lease."""
+    """One job held under a lease: its run's phase and, if it was stopped, why."""
 
     job: Job
     lease_id: uuid.UUID
     ctx: JobContext
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    finished: bool = False
-    lost: bool = False
-    cancel_requested: bool = False
-    """a cancel request reached this run: its handler is cancelled, the job written cancelled"""
-    interrupted: bool = False
-    """the daemon's stop cancelled this run past its grace time: it is written back"""
-    fenced: bool = False
-    """the interruption was the fence's (the daemon's lease may run out), not a stop's"""
-    superseded: bool = False
-    """this daemon claimed the job again under a new lease: this run can no longer report"""
+    phase: RunPhase = RunPhase.RUNNING
+    stop: RunStop = RunStop.NONE
     started_monotonic: float = 0.0
     """when the run started, on the daemon's clock"""
-    reserved: bool = False
-    """queued in the database under this daemon's reservation: its handler has not
-    started (``Holdings.started`` ends it, under ``start_lease_id``)"""
     start_lease_id: uuid.UUID | None = None
-    """the lease its start writes, while that start is in flight"""
+    """the lease its start writes, while that start is in flight (``STARTING``)"""
+
+    def stop_for(self, why: RunStop) -> bool:
+        """Record why the run is stopped, unless a cause as strong is known; say whether
+        it was recorded."""
+        if why <= self.stop:
+            return False
+        self.stop = why
+        return True
+
+    @property
+    def finished(self) -> bool:
+        """Say whether the run has ended (no handler runs, no slot is held)."""
+        return self.phase is RunPhase.ENDED
+
+    @property
+    def reserved(self) -> bool:
+        """Say whether the job is still queued in the database (its handler not started)."""
+        return self.phase in (RunPhase.RESERVED, RunPhase.STARTING)
+
+    @property
+    def lost(self) -> bool:
+        """Say whether the run's lease is gone."""
+        return self.stop >= RunStop.LEASE_LOST
+
+    @property
+    def superseded(self) -> bool:
+        return self.stop is RunStop.SUPERSEDED
+
+    @property
+    def interrupted(self) -> bool:
+        """Say whether the daemon's stop or fence stopped the run (it is written back)."""
+        return self.stop in (RunStop.SHUTDOWN, RunStop.FENCED)
+
+    @property
+    def fenced(self) -> bool:
+        return self.stop is RunStop.FENCED
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.stop is RunStop.CANCEL_REQUESTED
 
 
 class Holdings:
@@ -175,8 +243,7 @@ class Holdings:
         assert job.lease_id is not None
         runs = self._runs.setdefault(job.id, [])
         for earlier in runs:
-            earlier.superseded = True
-            self.mark_lost(earlier)
+            self.mark_lost(earlier, RunStop.SUPERSEDED)
         held = Held(
             job=job, lease_id=job.lease_id, ctx=ctx, started_monotonic=self.clock.monotonic()
         )
@@ -190,7 +257,7 @@ class Holdings:
         """Hold a job reserved ahead of the free slots (queued in the database);
         ``take_startable`` hands it to the starter when a slot frees."""
         held = self.add(job, ctx, booked=True)
-        held.reserved = True
+        held.phase = RunPhase.RESERVED
         self._waiting.append(held)
         if self._on_waiting is not None:
             self._on_waiting.set()
@@ -208,11 +275,12 @@ class Holdings:
         while self._waiting and self.free > 0:
             held = self._waiting.popleft()
             if held.lost:
-                held.finished = True
+                held.phase = RunPhase.ENDED
                 self.forget(held)
                 continue
             held.started_monotonic = now
             held.start_lease_id = uuid.uuid4()
+            held.phase = RunPhase.STARTING
             self._running += 1
             taken.append(held)
         return taken
@@ -225,7 +293,7 @@ class Holdings:
         self._held.pop(held.lease_id, None)
         held.lease_id = lease_id
         held.start_lease_id = None
-        held.reserved = False
+        held.phase = RunPhase.RUNNING
         held.job = held.job.started(attempts, lease_id, started_at)
         held.ctx.attempt = attempts
         self._held[lease_id] = held
@@ -234,7 +302,7 @@ class Holdings:
         """Let go a reserved job whose start the database refused (its reservation was
         taken, or it was cancelled): its slot frees, no run ended."""
         if not held.finished:
-            held.finished = True
+            held.phase = RunPhase.ENDED
             self._running -= 1
         self.forget(held)
 
@@ -259,36 +327,44 @@ class Holdings:
         taken = list(self._waiting)
         self._waiting.clear()
         for held in taken:
-            held.finished = True  # it never took a slot: nothing to release
+            held.phase = RunPhase.ENDED  # it never took a slot: nothing to release
             self.forget(held)
         self._signal()
         return taken
 
-    def mark_lost(self, held: Held) -> bool:
-        """Record that a run lost its lease and cancel its handler; False if already known."""
-        if held.lost:
+    def mark_lost(self, held: Held, why: RunStop = RunStop.LEASE_LOST) -> bool:
+        """Record that a run lost its lease (``why``: for good, ``SUPERSEDED``) and cancel
+        its handler; False if already known."""
+        was_lost = held.lost
+        if not held.stop_for(why) or was_lost:
             return False
-        held.lost = True
         held.ctx.mark_cancelled()
         if not held.finished:
             held.scope.cancel()
         return True
 
     def request_cancel(self, held: Held) -> bool:
-        """Cancel a run's handler on request; False if already known or finished."""
-        if held.cancel_requested or held.lost or held.finished:
+        """Cancel a run's handler on request; False if already known, stopped otherwise,
+        or finished."""
+        if held.finished or not held.stop_for(RunStop.CANCEL_REQUESTED):
             return False
-        held.cancel_requested = True
         held.ctx.mark_cancelled()
         held.scope.cancel()
         return True
+
+    def interrupt(self, held: Held, why: RunStop) -> None:
+        """Stop a run whose handler still runs for the daemon's stop or fence (``why``);
+        the job is written back."""
+        if not held.finished and held.stop_for(why):
+            held.ctx.mark_cancelled()
+            held.scope.cancel()
 
     def release_slot(self, held: Held) -> float:
         """Free the slot of a job whose handler has returned; return how long it ran."""
         now = self.clock.monotonic()
         run_s = now - held.started_monotonic
         if not held.finished:
-            held.finished = True
+            held.phase = RunPhase.ENDED
             self._running -= 1
             self._last_freed = now
             mean = self._mean_run_s

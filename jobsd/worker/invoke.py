@@ -31,6 +31,7 @@ from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
 from jobsd.registry import HandlerSpec, Isolation
 from jobsd.worker.children import Answer, Child, ChildPool
+from jobsd.worker.decide import End, Facts, Rules, Verdict, decide
 from jobsd.worker.outcome import Outcome, failure
 
 __all__ = ["RunLimits", "handler_ref", "run_handler", "stall_check_s"]
@@ -192,7 +193,8 @@ async def run_handler(
                 "traceback": "".join(traceback.format_exception(exc)),
             },
         )
-        return _maybe_retry(job, spec, exc, outcome)
+        verdict = decide(End.RAISED, Rules.of(spec), _facts(job, spec, exc))
+        return _as_decided(job, spec, verdict, outcome)
     if ctx.progress_too_large is not None:
         return failure(ctx.progress_too_large, reason="progress too large")
     if isinstance(answer, Answer):
@@ -233,21 +235,16 @@ def _ended_by_watch(
         if watch.ended == "timeout"
         else f"stalled: no progress for {watch.limit_s:g} s"
     )
-    reason = watch.ended or "timeout"
-    if not isolated and thread.alive:
+    end = End.STALLED if watch.ended == "stalled" else End.TIMEOUT
+    stuck = not isolated and thread.alive
+    facts = replace(_facts(job, spec, TimeoutError(what)), thread_alive=stuck)
+    verdict = decide(end, Rules.of(spec), facts)
+    if stuck:
         # the thread cannot be stopped: whether its work happens is unknown, and the
         # job must not run again while it may still be running
-        log.warning("job.thread_abandoned", extra={"job_id": str(job.id), "why": reason})
-        outcome = failure(
-            f"{what}; the handler's thread could not be stopped: outcome unknown",
-            reason=reason,
-        )
-        return replace(outcome, status="recovery_required")
-    outcome = failure(what, reason=reason)
-    if spec.delivery == "at_most_once":
-        # stopped mid-run: its outcome is unknown, never re-run; a recover hook decides
-        return replace(outcome, status="recovery_required") if spec.recover else outcome
-    return _maybe_retry(job, spec, TimeoutError(what), outcome)
+        log.warning("job.thread_abandoned", extra={"job_id": str(job.id), "why": str(end)})
+        what = f"{what}; the handler's thread could not be stopped: outcome unknown"
+    return _as_decided(job, spec, verdict, failure(what, reason=verdict.reason))
 
 
 def _isolated_outcome(job: Job, spec: HandlerSpec, answer: Answer, limits: RunLimits) -> Outcome:
@@ -266,7 +263,8 @@ def _isolated_outcome(job: Job, spec: HandlerSpec, answer: Answer, limits: RunLi
             detail = dict(answer.detail or {})
             mro = detail.pop("mro", [])
             outcome = failure(answer.message, reason="handler error", detail=detail)
-            return _maybe_retry(job, spec, _RemoteError(mro), outcome)
+            verdict = decide(End.RAISED, Rules.of(spec), _facts(job, spec, _RemoteError(mro)))
+            return _as_decided(job, spec, verdict, outcome)
         case "invalid":
             return failure(answer.message, reason="invalid report")
         case "too_large":
@@ -276,9 +274,8 @@ def _isolated_outcome(job: Job, spec: HandlerSpec, answer: Answer, limits: RunLi
         case "crashed":
             log.warning("job.child_lost", extra={"job_id": str(job.id), "how": answer.message})
             outcome = failure(answer.message, reason="handler crashed", detail=answer.detail)
-            if spec.delivery == "at_most_once" and spec.recover is not None:
-                return replace(outcome, status="recovery_required")
-            return outcome
+            verdict = decide(End.CRASHED, Rules.of(spec), Facts(job.attempts))
+            return _as_decided(job, spec, verdict, outcome)
         case _:
             assert_never(answer.kind)
 
@@ -292,23 +289,31 @@ class _RemoteError(Exception):
         self.mro = mro
 
 
-def _maybe_retry(job: Job, spec: HandlerSpec, exc: BaseException, failed: Outcome) -> Outcome:
-    """Turn a failure into a scheduled retry when the type's policy says so."""
+def _facts(job: Job, spec: HandlerSpec, exc: BaseException) -> Facts:
+    """Return what ``decide`` needs to know of a run that ended with ``exc``: its
+    attempt, and whether the type's retry policy matches ``exc``."""
     policy = spec.retry
-    if isinstance(exc, _RemoteError):
-        matched = policy is not None and any(
-            f"{t.__module__}.{t.__qualname__}" in exc.mro for t in policy.retry_on
-        )
+    if policy is None:
+        matched = False
+    elif isinstance(exc, _RemoteError):
+        matched = any(f"{t.__module__}.{t.__qualname__}" in exc.mro for t in policy.retry_on)
     else:
-        matched = policy is not None and policy.matches(exc)
-    if policy is None or not matched or job.attempts >= spec.max_attempts:
-        return failed
-    delay_s = policy.delay_s(job.attempts)
-    log.info(
-        "job.retry_scheduled",
-        extra={"job_id": str(job.id), "attempt": job.attempts, "delay_s": round(delay_s, 3)},
-    )
-    return replace(failed, status="scheduled", reason="retry", delay_s=delay_s)
+        matched = policy.matches(exc)
+    return Facts(job.attempts, retry_matches=matched)
+
+
+def _as_decided(job: Job, spec: HandlerSpec, verdict: Verdict, failed: Outcome) -> Outcome:
+    """Give a failure the state ``decide`` chose: a retry after the policy's delay, an
+    outcome left to the recover hook (or an operator), or the failure itself."""
+    if verdict.status == "scheduled":
+        assert spec.retry is not None, "a retry needs a policy"
+        delay_s = spec.retry.delay_s(job.attempts)
+        log.info(
+            "job.retry_scheduled",
+            extra={"job_id": str(job.id), "attempt": job.attempts, "delay_s": round(delay_s, 3)},
+        )
+        return replace(failed, status="scheduled", reason=verdict.reason, delay_s=delay_s)
+    return replace(failed, status=str(verdict.status), reason=verdict.reason)
 
 
 @dataclass(slots=True)

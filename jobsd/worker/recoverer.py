@@ -31,6 +31,7 @@ from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire
 from jobsd.worker.clock import Clock
+from jobsd.worker.decide import End, Facts, Rules, decide
 from jobsd.worker.loop import run_loop
 from jobsd.worker.mailbox import Mailbox
 
@@ -118,19 +119,17 @@ class Recoverer:
             case "succeeded":
                 status, reason, error = "succeeded", "recovered_after_publish", None
             case "rerun":
-                if job.reason == "cancel requested":
-                    status, reason, error = "cancelled", "cancel requested", None
-                elif self.still_running(job.id):
+                facts = Facts(
+                    job.attempts,
+                    cancel_pending=job.reason == "cancel requested"
+                    or job.cancel_requested_at is not None,
+                    thread_alive=self.still_running(job.id),
+                )
+                verdict = decide(End.RERUN, Rules.of(spec), facts)
+                if verdict.status == "recovery_required":
                     log.info("job.rerun_refused", extra={"job_id": str(job.id)})
                     return job
-                elif job.attempts < spec.max_attempts:
-                    status, reason, error = "queued", "recovered: rerun", None
-                else:
-                    status = "failed"
-                    reason = error = (
-                        "max attempts exceeded: the recover hook asked for a rerun at "
-                        f"attempt {job.attempts} of {spec.max_attempts}"
-                    )
+                status, reason, error = str(verdict.status), verdict.reason, verdict.error
             case _:
                 assert_never(answer.action)
         async with acquire(self.pool, "recover") as conn:

@@ -45,6 +45,7 @@ from jobsd.store import queries
 from jobsd.store.db import AsyncPool, acquire, cause_of
 from jobsd.worker.clock import Clock
 from jobsd.worker.clockwatch import DbClockWatch, Reading
+from jobsd.worker.decide import rescuer, rules_from
 from jobsd.worker.executor import failure
 from jobsd.worker.loop import pause, run_loop
 from jobsd.worker.recoverer import Recoverer, RecovererSettings
@@ -87,6 +88,7 @@ class Sweeper:
     clock_watch: DbClockWatch = field(init=False)
     _intervals: dict[str, float] = field(init=False)
     _passed_at: dict[str, float] = field(init=False)
+    _rescue: queries.RescueDecider = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -100,6 +102,9 @@ class Sweeper:
             "sweep": cfg.sweep_interval_s,
         }
         self._passed_at = dict.fromkeys(self._intervals, self.clock.monotonic())
+        self._rescue = rescuer(
+            rules_from(self.registry, default_max_attempts=cfg.default_max_attempts)
+        )
 
     def stalled(self, bound_s: float) -> bool:
         """Say whether a kind of pass (death check, sweep) has not completed for more than
@@ -155,11 +160,7 @@ class Sweeper:
         """Rescue the jobs of every registered worker whose lock is free; return counts."""
         async with acquire(self.pool, "death check") as conn:
             found = await queries.sweep_dead_workers(
-                conn,
-                worker_id=self.cfg.worker_id,
-                max_attempts=self.registry.max_attempts(),
-                delivery=self.registry.deliveries(),
-                default_max_attempts=self.cfg.default_max_attempts,
+                conn, worker_id=self.cfg.worker_id, decide=self._rescue
             )
         for dead in found.dead_workers:
             self.stats.deaths += 1
@@ -234,9 +235,7 @@ class Sweeper:
                 conn,
                 worker_id=self.cfg.worker_id,
                 stale_after_s=self.cfg.stale_after_s,
-                max_attempts=self.registry.max_attempts(),
-                delivery=self.registry.deliveries(),
-                default_max_attempts=self.cfg.default_max_attempts,
+                decide=self._rescue,
                 now=now,
                 only=only,
             )

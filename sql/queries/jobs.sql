@@ -333,68 +333,43 @@ RETURNING j.id, j.type, j.status, j.concurrency_key, j.dedup_key, j.lease_id, j.
 -- own monotonic clock before a stale sweep (a step of it would age every lease).
 SELECT now() AS now;
 
--- name: jobs_sweep_stale
--- Rescue running jobs whose owner is dead (its worker id is in `dead_workers`: the
--- sweeper holds its lock, and its lease is over) or hung (its lease ended more than
--- the threshold ago while it still holds its lock: a process stopped, or cut off from
--- the database; an owner with no row is judged by the run's start). A handler's own
--- silence is no owner's death: timeouts and stall limits end silent handlers. What
--- happens follows the type's delivery:
--- at_least_once goes back to queued while attempts remain, else fails with
--- 'max attempts exceeded: owner died at attempt 3 of 3' (or 'owner unresponsive');
--- at_most_once never runs again: it fails with 'worker lost' (its error says why and
--- at which attempt), or, when its type has a recover hook (delivery passed as
--- 'recover'), recovery_required for the hook to settle. A job with a cancel request pending is
--- cancelled instead. Types the
--- sweeper does not know get the defaults. `only` (when not null) limits the sweep to
--- that job: the sweeper's one-by-one pass after the database refused a whole one.
-WITH stale AS (
-  SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
-         j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
-  FROM jobsd.jobs AS j
-  LEFT JOIN jobsd.workers AS w ON w.worker_id = j.worker_id
-  WHERE j.status = 'running'
-    AND (%(only)s::uuid IS NULL OR j.id = %(only)s::uuid)
-    AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
-         OR coalesce(w.alive_until, j.started_at)
-            < coalesce(%(now)s::timestamptz, now())
-              - make_interval(secs => %(stale_after_s)s::float8))
-  FOR UPDATE OF j SKIP LOCKED),
-decided AS (
-  SELECT s.id,
-         CASE WHEN s.cancel_requested THEN 'cancel'
-              WHEN l.delivery = 'recover' THEN 'recover'
-              WHEN coalesce(l.delivery, 'at_least_once') = 'at_most_once' THEN 'lost'
-              WHEN s.attempts < coalesce(l.max_attempts, %(default_max_attempts)s)
-                THEN 'requeue'
-              ELSE 'exhausted' END AS verdict,
-         CASE WHEN s.dead THEN 'owner died' ELSE 'owner unresponsive' END AS why,
-         -- the cause, kept in the error (and, when the job fails, its history)
-         CASE WHEN s.dead THEN 'owner died' ELSE 'owner unresponsive' END
-           || ' at attempt ' || s.attempts || CASE
-             WHEN coalesce(l.delivery, 'at_least_once') = 'at_least_once'
-               THEN ' of ' || coalesce(l.max_attempts, %(default_max_attempts)s) ELSE '' END
-           AS cause
-  FROM stale AS s
-  LEFT JOIN unnest(%(types)s::text[], %(max_attempts)s::int[], %(deliveries)s::text[])
-    AS l(type, max_attempts, delivery)
-    ON l.type = s.type)
+-- name: jobs_rescue_candidates
+-- Inside a transaction, with jobs_rescue_apply: lock the running jobs to rescue, with
+-- what deciding their fate needs (worker/decide.py decides; these statements hold no
+-- rule). A job is rescued when its owner is dead (its worker id is in `dead_workers`:
+-- the sweeper holds its lock, and its lease is over) or unresponsive (its lease ended
+-- more than `stale_after_s` ago while it still holds its lock: a process stopped, or
+-- cut off from the database; an owner with no row is judged by the run's start; a
+-- null threshold checks only the dead). A handler's own silence is no owner's death:
+-- timeouts and stall limits end silent handlers. `only` (when not null) limits the
+-- pass to that job: the sweeper's one-by-one pass after the database refused a whole one.
+SELECT j.id, j.type, j.attempts, j.cancel_requested_at IS NOT NULL AS cancel_requested,
+       j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}')) AS dead
+FROM jobsd.jobs AS j
+LEFT JOIN jobsd.workers AS w ON w.worker_id = j.worker_id
+WHERE j.status = 'running'
+  AND (%(only)s::uuid IS NULL OR j.id = %(only)s::uuid)
+  AND (j.worker_id = ANY(coalesce(%(dead_workers)s::text[], '{}'))
+       OR coalesce(w.alive_until, j.started_at)
+          < coalesce(%(now)s::timestamptz, now())
+            - make_interval(secs => %(stale_after_s)s::float8))
+ORDER BY j.id
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: jobs_rescue_apply
+-- Write the verdicts the daemon decided for the jobs jobs_rescue_candidates locked, in
+-- the same transaction: the next status, its reason, and the cause kept in `error`
+-- (null: the job keeps its error). The lease is cleared, so a late report from the old
+-- owner is discarded; a job that leaves for good loses its dedup key.
 UPDATE jobsd.jobs AS j
-SET status = CASE d.verdict WHEN 'requeue' THEN 'queued' WHEN 'cancel' THEN 'cancelled'
-                            WHEN 'recover' THEN 'recovery_required' ELSE 'failed' END,
-    reason = CASE d.verdict WHEN 'requeue' THEN d.why
-                            WHEN 'lost' THEN 'worker lost' WHEN 'recover' THEN 'worker lost'
-                            WHEN 'cancel' THEN 'cancel requested'
-                            ELSE 'max attempts exceeded: ' || d.cause END,
-    error = CASE d.verdict WHEN 'requeue' THEN j.error WHEN 'cancel' THEN j.error
-                           WHEN 'recover' THEN 'worker lost: ' || d.cause
-                           WHEN 'lost' THEN 'worker lost: ' || d.cause
-                           ELSE 'max attempts exceeded: ' || d.cause END,
-    finished_at = CASE WHEN d.verdict IN ('requeue', 'recover') THEN NULL ELSE now() END,
-    dedup_key = CASE WHEN d.verdict IN ('requeue', 'recover') THEN j.dedup_key END,
+SET status = d.status, reason = d.reason, error = coalesce(d.error, j.error),
+    finished_at = CASE WHEN d.status IN ('succeeded', 'failed', 'cancelled') THEN now() END,
+    dedup_key = CASE WHEN d.status IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE j.dedup_key END,
     lease_id = NULL
-FROM decided AS d
-WHERE j.id = d.id
+FROM unnest(%(ids)s::uuid[], %(statuses)s::text[], %(reasons)s::text[], %(errors)s::text[])
+     AS d(id, status, reason, error)
+WHERE j.id = d.id AND j.status = 'running'
 RETURNING j.*;
 
 -- name: jobs_stale_list

@@ -17,6 +17,7 @@ from jobsd.client import JobSpec
 from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow
+from jobsd.worker.decide import rescuer, rules_from
 
 pytestmark = pytest.mark.anyio
 
@@ -141,8 +142,7 @@ async def test_a_job_claimed_again_after_a_sweep_fences_the_old_lease(
         aconn,
         worker_id="sweeper",
         stale_after_s=60,
-        max_attempts={"t": 3},
-        default_max_attempts=1,
+        decide=rescuer(rules_from(max_attempts={"t": 3})),
         now=datetime.now(UTC) + timedelta(hours=1),
     )
     (new,) = await _claim(aconn, "w2")

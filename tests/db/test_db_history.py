@@ -16,6 +16,7 @@ from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.enqueue import new_job
 from jobsd.store.queries import FinishRow, HeartbeatRow
+from jobsd.worker.decide import rescuer, rules_from
 
 pytestmark = pytest.mark.anyio
 
@@ -48,8 +49,7 @@ async def _sweep(aconn: Conn, *, after: timedelta, max_attempts: dict[str, int])
         aconn,
         worker_id="sweeper-1",
         stale_after_s=600,
-        max_attempts=max_attempts,
-        default_max_attempts=1,
+        decide=rescuer(rules_from(max_attempts=max_attempts)),
         now=datetime.now(UTC) + after,
     )
 

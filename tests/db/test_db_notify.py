@@ -15,6 +15,7 @@ from jobsd import Client, JobStatus, SyncClient, UnknownQueue
 from jobsd.client import JobSpec
 from jobsd.errors import DuplicateJob
 from jobsd.store import admin, queries
+from jobsd.worker.decide import rescuer, rules_from
 
 
 def _spec(i: int, **kw: Any) -> JobSpec:
@@ -170,8 +171,7 @@ async def test_notifications_off_sends_nothing_but_still_records_history(
         aconn,
         worker_id="sweeper",
         stale_after_s=1,
-        max_attempts={"t": 2},
-        default_max_attempts=1,
+        decide=rescuer(rules_from(max_attempts={"t": 2})),
         now=datetime.now(UTC) + timedelta(hours=1),
     )
     assert [j.id for j in swept] == [j.id for j in claimed]

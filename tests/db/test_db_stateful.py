@@ -28,11 +28,15 @@ from support.claims import claim_params
 from support.history import history_problems
 
 from jobsd.models import TERMINAL_STATES, JobStatus
+from jobsd.store import queries
 from jobsd.store.queries import run_named_sync
+from jobsd.worker.decide import rescuer, rules_from
 
-# amr: at_most_once with a recover hook (the sweep passes its delivery as 'recover')
+# amr: at_most_once with a recover hook
 TYPES = {"alo": "at_least_once", "amo": "at_most_once", "amr": "recover"}
 MAX_ATTEMPTS = 2
+# the sweeper's decisions for those types (the statements only apply them)
+RESCUE = rescuer(rules_from(max_attempts=dict.fromkeys(TYPES, MAX_ATTEMPTS), deliveries=TYPES))
 WORKERS = ("w1", "w2")
 SLOTS = 2
 
@@ -306,19 +310,15 @@ class JobsMachine(RuleBasedStateMachine):
         now = datetime.now(UTC) + timedelta(hours=hours)
         with self.conn.transaction():
             self._run("admin_set_actor", {"worker_id": "sweeper"})
-            rows = self._run(
-                "jobs_sweep_stale",
-                {
-                    "now": now,
-                    "stale_after_s": 600.0 if hours else None,
-                    "types": list(TYPES),
-                    "max_attempts": [MAX_ATTEMPTS] * len(TYPES),
-                    "deliveries": list(TYPES.values()),
-                    "default_max_attempts": 1,
-                    "dead_workers": sorted(self.dead),
-                    "only": None,
-                },
+            candidates = self._run(
+                "jobs_rescue_candidates",
+                queries.rescue_params(
+                    now=now,
+                    stale_after_s=600.0 if hours else None,
+                    dead_workers=sorted(self.dead),
+                ),
             )
+            rows = self._run("jobs_rescue_apply", queries.rescue_apply_params(candidates, RESCUE))
         rescued = {r["id"] for r in rows}
         for worker in WORKERS:
             # a run in doubt (a start or a claim whose answer was lost) that the sweep

@@ -20,6 +20,7 @@ from jobsd.client import JobSpec
 from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow, HeartbeatRow
+from jobsd.worker.decide import rescuer, rules_from
 
 pytestmark = pytest.mark.anyio
 
@@ -32,8 +33,7 @@ async def _sweep(aconn: Conn, now: datetime | None = None) -> list[Job]:
         aconn,
         worker_id="sweeper",
         stale_after_s=STALE_S,
-        max_attempts={"t": 5},
-        default_max_attempts=1,
+        decide=rescuer(rules_from(max_attempts={"t": 5})),
         now=now,
     )
 

@@ -16,7 +16,14 @@ import jobsd
 from jobsd.registry import Registry
 from jobsd.store import queries
 
-from .conftest import ADb, events_of, fetch_job, make_settings, running_daemon, wait_status
+from .conftest import (
+    ADb,
+    events_of,
+    fetch_job,
+    make_settings,
+    running_daemon,
+    wait_status,
+)
 from .test_sweeper import make_zombie
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

@@ -211,17 +211,18 @@ async def test_a_job_swept_and_reclaimed_by_the_same_daemon_keeps_one_owner(
             return "cancelled 1" in trace and daemon.stats.discarded == 1
 
         await wait_until(first_stopped, what="the first attempt to be cancelled and discarded")
-        # the new run is still held and heartbeated under its own lease
+        # the new run is still held under its own lease
         lease_2 = (await fetch_job(db, job.id))["lease_id"]
         assert [h.lease_id for h in daemon.holdings] == [lease_2]
 
-        async def beat_after_discard() -> bool:
-            progress = (await fetch_job(db, job.id))["progress"] or {}
-            return datetime.fromisoformat(progress["updated_at"]) > datetime.now(UTC) - timedelta(
-                seconds=0.05
-            )
+        beats = daemon.heartbeat.beats
 
-        await wait_until(beat_after_discard, what="a heartbeat of the second attempt")
+        async def checked_after_discard() -> bool:
+            return daemon.heartbeat.beats >= beats + 2
+
+        await wait_until(checked_after_discard, what="two checks of the second attempt")
+        # checked under its own lease, it kept it
+        assert [(h.lease_id, h.lost) for h in daemon.holdings] == [(lease_2, False)]
         gates[2].set()
         row = await wait_status(db, job.id, "succeeded", "failed")
 

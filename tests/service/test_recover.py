@@ -106,3 +106,30 @@ async def test_a_failing_hook_leaves_the_job_for_an_operator(
         row = await wait_status(db, job, "recovery_required")
     assert row["reason"] == "worker lost"
     await assert_history_complete_async(db)
+
+
+async def test_a_dead_owners_at_most_once_job_with_a_cancel_pending_asks_the_hook_first(
+    db_url: str, db: ADb, client: jobsd.Client, registry: Registry
+) -> None:
+    # the run may have published before its owner died: the hook says; its rerun means
+    # "not done", and the user asked for it to stop: cancelled
+    ran: list[int] = []
+    publish_type(registry, {"again": RERUN, "done": succeeded({"id": 1})}, ran)
+    ids = {case: await zombie(db, client, case) for case in ("again", "done")}
+    await db.execute(
+        "UPDATE jobsd.jobs SET cancel_requested_at = now() WHERE id = ANY(%s)",
+        (list(ids.values()),),
+    )
+    await add_worker(db, DEAD)
+    async with running_daemon(make_settings(db_url), registry) as daemon:
+        await daemon.sweeper.check_deaths()
+        again = await wait_status(db, ids["again"], "cancelled")  # type: ignore[arg-type]
+        done = await wait_status(db, ids["done"], "succeeded")  # type: ignore[arg-type]
+    assert ran == []
+    assert (await events_of(db, ids["again"]))[-2:] == [  # type: ignore[arg-type]
+        ("running", "recovery_required", 1, "cancel requested"),
+        ("recovery_required", "cancelled", 1, "cancel requested"),
+    ]
+    assert again["error"] == "cancelled while running: outcome unknown"
+    assert done["reason"] == "recovered_after_publish"
+    await assert_history_complete_async(db)

@@ -12,7 +12,7 @@ import pytest
 from jobsd.models import Job, JobStatus
 from jobsd.worker.clock import ManualClock
 from jobsd.worker.executor import make_context
-from jobsd.worker.holdings import Held, Holdings
+from jobsd.worker.holdings import Held, Holdings, RunPhase, RunStop
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +220,43 @@ def test_a_started_job_is_the_reserved_one_with_its_start_applied() -> None:
         reason=None,
         reserved_until=None,
     )
+
+
+async def test_a_run_moves_through_its_phases_and_keeps_the_strongest_stop() -> None:
+    holdings = Holdings(2, ManualClock(), ahead=2)
+    queued = replace(_job(), status=JobStatus.QUEUED)
+    held = holdings.add_waiting(queued, make_context(queued))
+    assert held.phase is RunPhase.RESERVED and held.reserved
+    (taken,) = holdings.take_startable()
+    assert taken is held and held.phase is RunPhase.STARTING and held.reserved
+    holdings.started(held, 1, datetime.now(UTC))
+    assert held.phase is RunPhase.RUNNING and not held.reserved
+
+    # a cancel request, then the stop: the stop writes the job back
+    assert holdings.request_cancel(held) and held.stop is RunStop.CANCEL_REQUESTED
+    holdings.interrupt(held, RunStop.SHUTDOWN)
+    assert held.stop is RunStop.SHUTDOWN and held.interrupted and not held.fenced
+    # the fence after the stop: the fence's cause
+    holdings.interrupt(held, RunStop.FENCED)
+    assert held.fenced
+    # a lost lease trumps all (its outcome is moot); nothing weaker comes back
+    assert holdings.mark_lost(held) and held.lost
+    assert not holdings.request_cancel(held)
+    holdings.interrupt(held, RunStop.SHUTDOWN)
+    assert held.stop is RunStop.LEASE_LOST
+    assert not holdings.mark_lost(held), "already known"
+    holdings.release_slot(held)
+    assert held.phase is RunPhase.ENDED and held.finished
+    assert not holdings.request_cancel(held)
+
+
+async def test_an_earlier_run_of_a_job_claimed_again_is_superseded_for_good() -> None:
+    holdings = Holdings(2, ManualClock())
+    first = _job()
+    old = holdings.add(first, make_context(first))
+    again = replace(first, lease_id=uuid.uuid4(), attempts=2)
+    holdings.add(again, make_context(again))
+    assert old.superseded and old.lost and old.stop is RunStop.SUPERSEDED
+    # a later lost lease does not make it any less superseded
+    assert not holdings.mark_lost(old)
+    assert old.stop is RunStop.SUPERSEDED
