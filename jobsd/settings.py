@@ -252,6 +252,16 @@ class Settings(BaseSettings):
             raise ValueError("stall_after must be positive")
         return value
 
+    @field_validator("worker_lease")
+    @classmethod
+    def _lease_long_enough(cls, value: float) -> float:
+        if value < 1.0:
+            raise ValueError(
+                "worker_lease must be at least 1 s: a daemon renews it every sixth of it, "
+                "and stops its runs when two thirds pass without a renewal"
+            )
+        return value
+
     @model_validator(mode="after")
     def _faults_allowed(self) -> Settings:
         if self.fault is not None and not self.allow_faults:

@@ -110,17 +110,13 @@ def test_status_shows_a_reservation_while_the_job_is_queued(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     env = make_env(db_url)
-    made = run_cli("enqueue", "noop", "--org", "acme", env=env)
-    assert made.returncode == 0, made.stderr
-    job_id = made.stdout.strip()
-    conn.execute(
-        "UPDATE jobsd.jobs SET worker_id = 'host:42:a', lease_id = gen_random_uuid(), "
-        "reserved_until = now() + interval '2 seconds' WHERE id = %s",
-        (job_id,),
+    job_id = _noop_set(
+        env,
+        conn,
+        "worker_id = 'host:42:a', lease_id = gen_random_uuid(), "
+        "reserved_until = now() + interval '2 seconds'",
     )
-    text = run_cli("status", job_id, env=env)
-    assert text.returncode == 0, text.stderr
-    lines = {line.split("  ", 1)[0]: line for line in text.stdout.splitlines()}
+    lines = _status_lines(env, job_id)
     assert "queued" in lines["status"]
     assert "by host:42:a until" in lines["reserved"]
     shown = json.loads(run_cli("status", job_id, "--json", env=env).stdout)
@@ -131,25 +127,35 @@ def test_status_shows_how_long_a_running_handler_has_been_silent(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     env = make_env(db_url)
-    made = run_cli("enqueue", "noop", "--org", "acme", env=env)
-    assert made.returncode == 0, made.stderr
-    job_id = made.stdout.strip()
     # running for 2 minutes, its last progress 90 s ago
-    conn.execute(
-        "UPDATE jobsd.jobs SET status = 'running', attempts = 1, worker_id = 'host:42:a', "
+    job_id = _noop_set(
+        env,
+        conn,
+        "status = 'running', attempts = 1, worker_id = 'host:42:a', "
         "lease_id = gen_random_uuid(), started_at = now() - interval '2 minutes', "
-        "progress = jsonb_build_object('done', 1, 'updated_at', now() - interval '90 s') "
-        "WHERE id = %s",
-        (job_id,),
+        "progress = jsonb_build_object('done', 1, 'updated_at', now() - interval '90 s')",
     )
-    text = run_cli("status", job_id, env=env)
-    assert text.returncode == 0, text.stderr
-    lines = {line.split("  ", 1)[0]: line for line in text.stdout.splitlines()}
+    lines = _status_lines(env, job_id)
     silent = float(lines["silent"].split()[1])
     assert 90 <= silent < 150, lines["silent"]
     conn.execute("UPDATE jobsd.jobs SET status = 'succeeded' WHERE id = %s", (job_id,))
-    finished = run_cli("status", job_id, env=env).stdout
-    assert "silent" not in {line.split("  ", 1)[0] for line in finished.splitlines()}
+    assert "silent" not in _status_lines(env, job_id)
+
+
+def _noop_set(env: dict[str, str], conn: psycopg.Connection[Any], assignments: str) -> str:
+    """Enqueue a noop job with the CLI, then set its columns (``assignments``) by hand."""
+    made = run_cli("enqueue", "noop", "--org", "acme", env=env)
+    assert made.returncode == 0, made.stderr
+    job_id = made.stdout.strip()
+    conn.execute(f"UPDATE jobsd.jobs SET {assignments} WHERE id = %s", (job_id,))  # type: ignore[arg-type]
+    return job_id
+
+
+def _status_lines(env: dict[str, str], job_id: str) -> dict[str, str]:
+    """Run ``jobsd status`` and map each line's label to the line."""
+    text = run_cli("status", job_id, env=env)
+    assert text.returncode == 0, text.stderr
+    return {line.split("  ", 1)[0]: line for line in text.stdout.splitlines()}
 
 
 @pytest.mark.parametrize(

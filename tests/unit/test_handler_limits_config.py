@@ -31,6 +31,15 @@ def test_isolation_stall_and_caps_settings() -> None:
             Settings(**bad)
 
 
+def test_the_worker_lease_and_its_renewal() -> None:
+    default = Settings()
+    assert (default.worker_lease, default.lease_renew_s) == (30.0, 5.0)
+    # renewed at least six times per lease, whatever the death check interval
+    assert Settings(worker_lease="3s", death_check_interval=1).lease_renew_s == 0.5
+    with pytest.raises(ValidationError, match="worker_lease must be at least 1 s"):
+        Settings(worker_lease="500ms")
+
+
 def test_handler_options_are_checked_at_registration() -> None:
     with pytest.raises(jobsd.ConfigError, match="isolation of 'x' must be"):
         jobsd.handler("x", isolation="thread", registry=Registry())  # type: ignore[arg-type]
