@@ -17,6 +17,7 @@ from jobsd.store.named import run_named
 __all__ = [
     "TypeRule",
     "deregister_worker",
+    "end_session",
     "lock_worker",
     "open_worker_connection",
     "register_worker",
@@ -36,11 +37,20 @@ async def open_worker_connection(url: str) -> AsyncConn:
     raise AssertionError("unreachable: transient_retries never stops")
 
 
-async def lock_worker(conn: AsyncConn, worker_id: str) -> bool:
-    """Try the worker's session lock; False while another session holds it."""
+async def lock_worker(conn: AsyncConn, worker_id: str) -> int | None:
+    """Try the worker's session lock; return this session's pid once taken, None while
+    another session holds it."""
     with db_errors(f"lock of worker {worker_id!r}"):
         rows = await run_named(conn, "workers_lock", {"worker_id": worker_id})
-    return bool(rows[0]["locked"])
+    return int(rows[0]["pid"]) if rows[0]["locked"] else None
+
+
+async def end_session(conn: AsyncConn, pid: int) -> bool:
+    """End the daemon's own earlier lock session (``pid``) if it still lives; say
+    whether one was ended."""
+    with db_errors(f"end of the earlier lock session {pid}"):
+        rows = await run_named(conn, "workers_end_session", {"pid": pid})
+    return bool(rows[0]["ended"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,8 @@ class Lifeline:
     registered: bool = field(default=False, init=False)
     registrations: int = field(default=0, init=False)
     _conn: AsyncConn | None = field(default=None, init=False)
+    _session_pid: int | None = field(default=None, init=False)
+    """the server pid of the session that holds our lock (the last one that took it)"""
 
     async def run_once(self) -> bool:
         """Register when not registered (connect, lock, insert the row); else renew the
@@ -124,12 +126,27 @@ class Lifeline:
 
     async def _register(self, conn: AsyncConn) -> None:
         # the lock first: a row that is visible always has its lock held
-        with anyio.fail_after(_LOCK_WAIT_S):
-            while not await workers.lock_worker(conn, self.cfg.worker_id):
-                # a sweeper holds it for a moment while it rescues our old jobs
+        ended = False
+        with anyio.move_on_after(_LOCK_WAIT_S) as waiting:
+            while (pid := await workers.lock_worker(conn, self.cfg.worker_id)) is None:
+                if self._session_pid is not None and not ended:
+                    # our earlier session may still hold it: a cut the server has not
+                    # noticed; it is ours, end it
+                    ended = await workers.end_session(conn, self._session_pid)
+                    if ended:
+                        log.warning(
+                            "worker.earlier_session_ended", extra={"pid": self._session_pid}
+                        )
+                # else a sweeper holds it for a moment while it rescues our old jobs
                 await self.clock.sleep(0.1)
+            self._session_pid = pid
             sent_at = self.clock.monotonic()
             await self._insert_row(conn)
+        if waiting.cancelled_caught:
+            # not a reason to end the daemon: try again on a new connection
+            raise BackendUnavailable(
+                f"the lock of worker {self.cfg.worker_id!r} stayed taken for {_LOCK_WAIT_S:g} s"
+            )
         self._renewed(sent_at)
         self.registered = True
         self.registrations += 1

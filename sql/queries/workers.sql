@@ -2,8 +2,20 @@
 
 -- name: workers_lock
 -- Taken on the worker's dedicated connection before its row exists, held for the
--- life of that session: whoever can take it knows the worker is gone.
-SELECT pg_try_advisory_lock(jobsd.worker_lock_key(%(worker_id)s)) AS locked;
+-- life of that session: whoever can take it (once the worker's lease is over too)
+-- knows the worker is gone. The session's pid comes back: if the daemon loses this
+-- connection while the server keeps the session (a network cut it has not noticed),
+-- its next connection ends that session by pid (workers_end_session).
+SELECT pg_try_advisory_lock(jobsd.worker_lock_key(%(worker_id)s)) AS locked,
+       pg_backend_pid() AS pid;
+
+-- name: workers_end_session
+-- End the daemon's own earlier lock session, still holding its lock after the daemon
+-- lost the connection to it. Only that session: the pid it had, still a lifeline's.
+SELECT count(pg_terminate_backend(a.pid)) AS ended
+FROM pg_stat_activity AS a
+WHERE a.pid = %(pid)s AND a.application_name = 'jobsd-lifeline'
+  AND a.pid <> pg_backend_pid();
 
 -- name: workers_register
 -- The worker's row with the types it claims (NULL: every type), and the rules of

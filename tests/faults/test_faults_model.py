@@ -76,6 +76,13 @@ class RestartingMachine(stateful.JobsMachine):  # type: ignore[misc, name-define
         for worker, held in self.held.items():
             self.stale.extend(h for h in held if h[0] in undone)  # its writes are fenced
             self.held[worker] = [h for h in held if h[0] not in undone]
+        # the undone start's attempt is not counted (docs/states.md): the run it began
+        # is fenced, its start no longer one the job's attempts count
+        for job_id in undone:
+            if self.starts[job_id] > 0:
+                self.starts[job_id] -= 1
+            else:  # a start no worker was seen to make
+                self.unseen[job_id] -= 1
         type(self).undone_claims += len(undone)
 
 
@@ -83,7 +90,8 @@ def _undone_claims(before: list[dict[str, Any]], after: list[dict[str, Any]]) ->
     """Return the ids of the jobs whose claim a crash undid; fail on any other change.
 
     An undone claim leaves the job as it was before it: ``queued``, its attempt not
-    counted, no lease, and no ``running`` event (one event fewer per job).
+    counted, no lease (or, for the start of a reserved job, the reservation's lease),
+    and no ``running`` event (one event fewer per job).
     """
     *jobs_before, events_before = before
     *jobs_after, events_after = after
@@ -93,7 +101,7 @@ def _undone_claims(before: list[dict[str, Any]], after: list[dict[str, Any]]) ->
         if was == now:
             continue
         assert was["status"] == "running" and was["lease_id"] is not None, (was, now)
-        assert now["status"] == "queued" and now["lease_id"] is None, (was, now)
+        assert now["status"] == "queued" and now["lease_id"] != was["lease_id"], (was, now)
         assert now["attempts"] == was["attempts"] - 1, (was, now)
         undone.add(was["id"])
     assert events_before["n"] - events_after["n"] == len(undone), "an event without its claim"
@@ -136,6 +144,9 @@ def test_t21_an_undone_claim_is_told_from_any_other_change() -> None:
     queued = {"id": 1, "status": "queued", "attempts": 0, "lease_id": None, "reason": None}
     other = {"id": 2, "status": "succeeded", "attempts": 1, "lease_id": None, "reason": None}
     assert _undone_claims([running, other, {"n": 4}], [queued, other, {"n": 3}]) == {1}
+    # the start of a reserved job: queued again under its reservation's lease
+    reserved = {**queued, "lease_id": "R"}
+    assert _undone_claims([running, {"n": 4}], [reserved, {"n": 3}]) == {1}
     refused = [
         ([running, {"n": 4}], [queued, {"n": 4}]),  # the running event stayed
         ([running, {"n": 4}], [{**queued, "attempts": 1}, {"n": 3}]),  # attempt still counted

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 import anyio
+import psycopg
 import pytest
 from support.history import assert_history_complete_async
 
@@ -180,3 +181,49 @@ async def test_a_handler_that_outlives_the_lease_ends_the_daemon(
         # before the lease could end: it was last renewed before the cut
         assert breaches[0] - cut < 1.5
         release.set()
+
+
+async def test_a_lock_session_the_server_kept_after_a_cut_is_ended_by_its_daemon(
+    db_url: str, db: ADb, registry: Registry
+) -> None:
+    settings = make_settings(db_url, death_check_interval=0.1, worker_lease=10)
+    async with running_daemon(settings, registry) as daemon:
+        # the daemon's lock session as a cut leaves it: alive on the server, unreachable
+        # for the daemon (here: a session of its own name holding its lock)
+        ghost = await psycopg.AsyncConnection.connect(
+            db_url, autocommit=True, application_name="jobsd-lifeline"
+        )
+        gate = anyio.Event()
+        connect = daemon.lifeline.connect
+
+        async def after_the_ghost() -> AsyncConn:
+            await gate.wait()
+            return await connect()
+
+        daemon.lifeline.connect = after_the_ghost
+        try:
+            assert await kill_lifeline(db, settings.worker_id) == 1
+
+            async def ghost_holds_the_lock() -> int | None:
+                cur = await ghost.execute(
+                    "SELECT pg_try_advisory_lock(jobsd.worker_lock_key(%s)) AS locked, "
+                    "pg_backend_pid() AS pid",
+                    (settings.worker_id,),
+                )
+                row = await cur.fetchone()
+                return row[1] if row is not None and row[0] else None
+
+            # the server lets go of the killed session's lock a moment later
+            ghost_pid = await wait_until(ghost_holds_the_lock, what="the ghost's lock")
+            daemon.lifeline._session_pid = ghost_pid  # the session it had, as it knew it
+            gate.set()
+
+            async def registered_again() -> bool:
+                return daemon.lifeline.registrations == 2 and daemon.lifeline.registered
+
+            await wait_until(registered_again, what="the lock taken back", timeout_s=10)
+            assert daemon.fence.closings == 0
+            with pytest.raises(psycopg.OperationalError):
+                await ghost.execute("SELECT 1")
+        finally:
+            await ghost.close()
