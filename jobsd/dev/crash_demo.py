@@ -115,6 +115,8 @@ def _daemon_env(url: str, workspace: Path, *, fault: str | None, insecure: bool)
             "JOBSD_SLOTS": "1",
             "JOBSD_POLL_INTERVAL": "0.3",
             "JOBSD_DEATH_CHECK_INTERVAL": "0.5",
+            # a short lease: the crashed daemon's job is rescued within seconds
+            "JOBSD_WORKER_LEASE": "2",
             "JOBSD_DRAIN_TIMEOUT": "5",
         }
     )
