@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from jobsd.jsonsafe import encode_object
+from jobsd.tools import DEFAULT_MAX_OUTPUT, ToolResult, run_tool, run_tool_async
 
 __all__ = ["JobContext", "ProgressTooLarge"]
 
@@ -88,6 +90,53 @@ class JobContext:
     def mark_cancelled(self) -> None:
         """Raise the ``cancelled`` flag (the daemon does; handlers only read it)."""
         self._cancelled = True
+
+    def run_tool(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ToolResult:
+        """Run an external program to its end and return its ``ToolResult`` (exit code,
+        stdout, stderr, each kept up to ``max_output`` bytes and said truncated past
+        it). The program gets no stdin and none of the handler's file descriptors; it
+        runs in a process group of its own, ended whole past ``timeout`` seconds
+        (``ToolTimeout``), when this job is cancelled (``ToolCancelled``), or when the
+        program exits and leaves something running. A program that does not exist
+        raises ``FileNotFoundError``. For a sync handler; an async one awaits
+        ``run_tool_async``.
+        """
+        return run_tool(
+            argv,
+            timeout=timeout,
+            max_output=max_output,
+            cwd=cwd,
+            env=env,
+            cancelled=lambda: self._cancelled,
+        )
+
+    async def run_tool_async(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the tool's, not the await's)
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ToolResult:
+        """``run_tool`` for an async handler: the event loop goes on while the program
+        runs, and a cancelled handler ends the program's group before it stops."""
+        return await run_tool_async(
+            argv,
+            timeout=timeout,
+            max_output=max_output,
+            cwd=cwd,
+            env=env,
+            cancelled=lambda: self._cancelled,
+        )
 
     def progress(self, done: int | None = None, total: int | None = None, **fields: Any) -> _Done:
         """Record progress; jobsd writes it in the background, throttled.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 from jobsd.errors import ConfigError
 from jobsd.recovery import Recovery
 from jobsd.retry import RetryPolicy
+from jobsd.sizes import parse_size
 
 if TYPE_CHECKING:
     from jobsd.context import JobContext
@@ -29,7 +30,10 @@ __all__ = [
 
 DedupScope = Literal["queue", "active"]
 Delivery = Literal["at_least_once", "at_most_once"]
-Isolation = Literal["none", "process"]
+Isolation = Literal["auto", "none", "process"]
+"""where a type's runs happen: ``process`` (a handler process of the daemon's), ``none``
+(in the daemon: the event loop, or a thread for a sync handler), or ``auto``: a process
+for a sync handler a child can import, the daemon for the rest"""
 HandlerFunc = Callable[["JobContext"], Any]
 OnFail = Callable[["Job"], Awaitable[None] | None]
 Recover = Callable[["Job"], "Awaitable[Recovery] | Recovery"]
@@ -67,6 +71,30 @@ class HandlerSpec:
     isolation: Isolation | None = None
     # seconds without progress after which a run is ended (None: JOBSD_STALL_AFTER)
     stall_after_s: float | None = None
+    # a handler process is replaced after this many jobs (None: JOBSD_MAX_JOBS_PER_CHILD)
+    max_jobs_per_child: int | None = None
+    # a handler process's memory ceiling in bytes (None: JOBSD_MAX_CHILD_MEMORY)
+    max_child_memory: int | None = None
+
+    @property
+    def import_ref(self) -> str | None:
+        """``module:qualname`` of the handler, if a child process can import it."""
+        func = self.func
+        module = getattr(func, "__module__", None)
+        qualname = getattr(func, "__qualname__", "")
+        if not module or module == "__main__" or "<locals>" in qualname:
+            return None
+        return f"{module}:{qualname}"
+
+    def runs_in_process(self, default: Isolation) -> bool:
+        """Say whether this type's runs happen in a handler process, ``default`` being
+        the daemon's ``JOBSD_ISOLATION``. ``auto`` puts a sync handler in one when a
+        child can import it; an explicit ``process`` always does (a handler that
+        cannot be imported then fails its runs, saying why)."""
+        chosen = self.isolation or default
+        if chosen == "auto":
+            return not self.is_async and self.import_ref is not None
+        return chosen == "process"
 
 
 class Registry:
@@ -131,12 +159,15 @@ def handler(
     concurrency_limit: int | None = None,
     isolation: Isolation | None = None,
     stall_after: float | None = None,
+    max_jobs_per_child: int | None = None,
+    max_child_memory: int | str | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``type``.
 
     The function takes one argument, the JobContext, and returns a JSON object or None
-    (the job's report). It may be async, or sync (it then runs in a worker thread).
+    (the job's report). It may be async (run in the daemon's event loop), or sync (run
+    in a handler process of the daemon's: ``isolation``).
     ``max_attempts`` counts runs, the first included: the default 1 never runs a job
     twice. ``timeout`` is in seconds, on the monotonic clock; unset, the daemon's
     ``JOBSD_DEFAULT_TIMEOUT`` (an hour) applies; ``None``: no limit. ``retry`` retries the
@@ -147,8 +178,12 @@ def handler(
     ``concurrency_key`` may run at once (default: the queue's limit, else 1).
     ``isolation="process"`` runs the type's jobs in child processes the daemon
     supervises (the handler must be a module-level function; payload, result and
-    progress cross as JSON); ``"none"`` runs them in the daemon; unset follows
-    ``JOBSD_ISOLATION``. ``stall_after`` (seconds): a run that neither returns nor
+    progress cross as JSON); ``"none"`` runs them in the daemon (a sync one in a
+    thread); ``"auto"`` is ``process`` for a sync handler a child can import, else
+    ``none``; unset follows ``JOBSD_ISOLATION`` (``auto`` by default).
+    ``max_jobs_per_child`` and ``max_child_memory`` (bytes, or ``"512MB"``) recycle
+    the handler processes of the type's runs (unset: ``JOBSD_MAX_JOBS_PER_CHILD``,
+    ``JOBSD_MAX_CHILD_MEMORY``). ``stall_after`` (seconds): a run that neither returns nor
     reports progress for that long is ended as timed out, cause ``stalled`` (unset
     follows ``JOBSD_STALL_AFTER``, default no limit).
     """
@@ -175,8 +210,14 @@ def handler(
         raise ConfigError(f"timeout of {type!r} must be positive")
     if concurrency_limit is not None and concurrency_limit < 1:
         raise ConfigError(f"concurrency_limit of {type!r} must be at least 1")
-    if isolation not in (None, "none", "process"):
-        raise ConfigError(f"isolation of {type!r} must be 'none' or 'process'")
+    if isolation not in (None, "auto", "none", "process"):
+        raise ConfigError(f"isolation of {type!r} must be 'auto', 'none' or 'process'")
+    if max_jobs_per_child is not None and max_jobs_per_child < 1:
+        raise ConfigError(f"max_jobs_per_child of {type!r} must be at least 1")
+    try:
+        memory = None if max_child_memory is None else parse_size(max_child_memory)
+    except ValueError as exc:
+        raise ConfigError(f"max_child_memory of {type!r}: {exc}") from None
     if stall_after is not None and stall_after <= 0:
         raise ConfigError(f"stall_after of {type!r} must be positive")
 
@@ -197,6 +238,8 @@ def handler(
                 concurrency_limit=concurrency_limit,
                 isolation=isolation,
                 stall_after_s=stall_after,
+                max_jobs_per_child=max_jobs_per_child,
+                max_child_memory=memory,
             )
         )
         return func

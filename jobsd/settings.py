@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from jobsd.sizes import parse_size
+
 __all__ = [
     "CLAIM_AHEAD_DEFAULT_MAX",
     "CLAIM_AHEAD_PER_SLOT",
@@ -182,9 +184,21 @@ class Settings(BaseSettings):
     """Largest progress (all fields together) a handler may record, in bytes of UTF-8
     JSON (else the job fails, cause ``progress too large``)."""
 
-    isolation: Literal["none", "process"] = "none"
-    """Where handlers of types that do not say run: ``none`` (in the daemon) or
-    ``process`` (supervised child processes)."""
+    isolation: Literal["auto", "none", "process"] = "auto"
+    """Where handlers of types that do not say run: ``auto`` (sync handlers in handler
+    processes, async ones in the daemon's event loop), ``process`` (every handler in
+    handler processes) or ``none`` (in the daemon: a sync handler in a thread)."""
+
+    max_jobs_per_child: int | None = Field(default=None, ge=1)
+    """A handler process is replaced after this many jobs (unset: no limit)."""
+
+    max_child_memory: Annotated[
+        int | None,
+        BeforeValidator(lambda v: None if v in (None, "", "none", "None") else parse_size(v)),
+    ] = None
+    """A handler process's memory ceiling (resident size; bytes, or ``512MB``, ``1GiB``):
+    past it during a job the process is killed and the job fails (cause ``memory
+    limit``); past 80 % of it after a job the process is replaced. Unset: none."""
 
     default_timeout: OptionalDuration = 3600.0
     """How long a run of a type that gives no ``timeout`` may take before it is ended

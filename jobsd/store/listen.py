@@ -14,13 +14,14 @@ from psycopg import sql
 from jobsd.store.connect import open_connection_async
 from jobsd.store.db import AsyncConn, db_errors, transient_retries
 
-__all__ = ["notifications", "open_listen_connection"]
+__all__ = ["channel_notifications", "notifications", "open_listen_connection"]
 
 
 async def open_listen_connection(
-    url: str, channel: str, *, application_name: str, operation: str
+    url: str, *channels: str, application_name: str, operation: str
 ) -> AsyncConn:
-    """Connect and LISTEN on ``channel``, retrying with back-off while the database is away."""
+    """Connect and LISTEN on ``channels``, retrying with back-off while the database is
+    away."""
     async for attempt in transient_retries(operation):
         with attempt:
             conn = await open_connection_async(
@@ -28,7 +29,8 @@ async def open_listen_connection(
             )
             try:
                 with db_errors(operation):
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    for channel in channels:
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             except BaseException:
                 await conn.close()
                 raise
@@ -48,6 +50,20 @@ async def notifications(
     ``timeout_s`` ends the iteration after that long, ``stop_after`` after that many
     payloads (or a few more, when they arrived together); None is never.
     """
+    async for _, payload in channel_notifications(
+        conn, operation, timeout_s=timeout_s, stop_after=stop_after
+    ):
+        yield payload
+
+
+async def channel_notifications(
+    conn: AsyncConn,
+    operation: str,
+    *,
+    timeout_s: float | None = None,
+    stop_after: int | None = None,
+) -> AsyncIterator[tuple[str, str]]:
+    """``notifications``, as (channel, payload), for a connection on several channels."""
     with db_errors(operation):
         async for note in conn.notifies(timeout=timeout_s, stop_after=stop_after):
-            yield note.payload
+            yield note.channel, note.payload

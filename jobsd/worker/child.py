@@ -1,10 +1,14 @@
-"""The main of an isolated handler's child process: ``python -m jobsd.worker.child PPID``.
+"""The main of a handler process: ``python -m jobsd.worker.child PPID KILL_GRACE``.
 
 The daemon (``children.py``) writes one request per line on stdin (the handler as
 ``module:qualname`` and the job's context); the child runs the handler, sync or async,
 and answers on the original stdout, one JSON line per message: ``progress`` as the
 handler reports it, then ``result`` or ``error``. Whatever the handler prints goes to
 stderr, never into the protocol. The child dies with the daemon (``PR_SET_PDEATHSIG``).
+
+Nothing a handler starts outlives its job: the child is the subreaper of its
+descendants (an orphaned tool stays below it), and before it answers it ends every
+process still below it (SIGTERM, ``KILL_GRACE``, SIGKILL) and collects them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import IO, Any
 from jobsd.context import JobContext, _Done
 from jobsd.errors import InvalidPayload
 from jobsd.jsonsafe import encode_object
+from jobsd.processes import end_processes, members, set_child_subreaper, snapshot
 
 __all__ = ["context_message", "main", "resolve"]
 
@@ -102,7 +107,43 @@ class ChildContext(JobContext):
         return answer
 
 
-def _run(channel: _Channel, request: dict[str, Any]) -> None:
+def _reap_children() -> bool:
+    """Collect exited children; say whether any child is left (alive or not yet
+    collected). One call when the handler left nothing."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def end_leftovers(grace_s: float) -> int:
+    """End every process the handler left running below this one; return how many.
+
+    The child is its descendants' subreaper: while any lives, a child of its own does.
+    """
+    if not _reap_children():
+        return 0
+    me = os.getpid()
+    return end_processes(
+        lambda: members(snapshot(), roots=[me]),
+        grace_s,
+        reap=_reap_children,
+    )
+
+
+def _run(channel: _Channel, request: dict[str, Any], grace_s: float) -> None:
+    message = _outcome(channel, request)
+    left = end_leftovers(grace_s)
+    if left:
+        print(f"jobsd: ended {left} process(es) the handler left running", file=sys.stderr)
+    channel.send(message)
+
+
+def _outcome(channel: _Channel, request: dict[str, Any]) -> dict[str, Any]:
+    """Run the request's handler; return the message that says how it ended."""
     raw = request["ctx"]
     try:
         func = resolve(request["func"])
@@ -111,39 +152,34 @@ def _run(channel: _Channel, request: dict[str, Any]) -> None:
         )
         result = asyncio.run(func(ctx)) if inspect.iscoroutinefunction(func) else func(ctx)
     except BaseException as exc:  # reported to the daemon, whatever it is
-        channel.send(
-            {
-                "op": "error",
-                "message": f"{type(exc).__name__}: {exc}",
-                "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-                "traceback": "".join(traceback.format_exception(exc)),
-                "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__],
-            }
-        )
-        return
+        return {
+            "op": "error",
+            "message": f"{type(exc).__name__}: {exc}",
+            "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "traceback": "".join(traceback.format_exception(exc)),
+            "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__],
+        }
     if result is None:
-        channel.send({"op": "result", "report": None})
-        return
+        return {"op": "result", "report": None}
     try:
         text = encode_object(result, what="handler result", max_bytes=None)
     except InvalidPayload as exc:
-        channel.send({"op": "invalid", "message": str(exc)})
-        return
-    channel.send({"op": "result", "report": json.loads(text)})
+        return {"op": "invalid", "message": str(exc)}
+    return {"op": "result", "report": json.loads(text)}
 
 
 def main(argv: list[str]) -> None:
     """Serve requests until stdin closes."""
     die_with_parent(int(argv[0]))
-    # Ctrl-C reaches the whole process group: the daemon decides when children stop
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    grace_s = float(argv[1]) if len(argv) > 1 else 2.0
+    set_child_subreaper()
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints of handlers go to stderr, not into the protocol
     channel = _Channel(out)
     channel.send({"op": "ready", "pid": os.getpid()})
     for line in sys.stdin.buffer:
         if line.strip():
-            _run(channel, json.loads(line))
+            _run(channel, json.loads(line), grace_s)
 
 
 if __name__ == "__main__":

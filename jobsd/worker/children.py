@@ -1,13 +1,22 @@
-"""The child processes of isolated handlers (``isolation="process"``): a pool the daemon owns.
+"""The handler processes (``isolation="process"``): a pool of children the daemon owns.
 
 Model: each child (``child.py``) runs one job at a time and is reused while it lives.
 A request goes down its stdin as one JSON line; progress and the answer come back on
 its stdout, one JSON line each, at most ``max_line_bytes`` long. A child that dies
 mid-job (segfault, ``os._exit``, OOM kill) fails that job alone, with the signal or
-exit code in the cause, and is not reused. A run that is cancelled (timeout, stall,
-cancel request, shutdown) kills its child: SIGTERM, then SIGKILL after ``kill_grace_s``;
-the kill is complete before the run's outcome is handed over. Children die with the
-daemon, even on kill -9: they ask for ``PR_SET_PDEATHSIG`` first thing.
+exit code in the cause, and is not reused.
+
+Each child leads a session of its own; the tools its handlers start belong to it. A
+run that is cancelled (timeout, stall, cancel request, shutdown, lost lease) ends the
+child's whole session and everything below the child: SIGTERM, then SIGKILL after
+``kill_grace_s`` (``processes.end_processes``); that is complete before the run's outcome
+is handed over. Children die with the daemon, even on kill -9 (``PR_SET_PDEATHSIG``),
+and the reaper process ends what they started (``processes.py``).
+
+Children are recycled: one that ran its type's ``max_jobs_per_child`` jobs, or whose
+memory passed ``RECYCLE_AT`` of its ``max_child_memory`` after a job, is replaced
+before the next one. One that passes ``max_child_memory`` during a job is killed
+there, and the job fails with cause ``memory limit``.
 """
 
 from __future__ import annotations
@@ -23,13 +32,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+import anyio.to_thread
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from jobsd.context import JobContext, ProgressTooLarge
+from jobsd.processes import Reaper, end_processes, members, rss_bytes, snapshot
 from jobsd.worker.child import context_message
 
-__all__ = ["Answer", "Child", "ChildPool", "ChildSettings", "describe_exit"]
+__all__ = ["Answer", "Child", "ChildLimits", "ChildPool", "ChildSettings", "describe_exit"]
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +49,9 @@ log = logging.getLogger(__name__)
 class Answer:
     """How an isolated run ended."""
 
-    kind: Literal["result", "error", "invalid", "crashed", "too_large", "progress_too_large"]
+    kind: Literal[
+        "result", "error", "invalid", "crashed", "memory", "too_large", "progress_too_large"
+    ]
     report: dict[str, Any] | None = None
     message: str = ""
     detail: dict[str, Any] | None = None
@@ -65,6 +78,10 @@ class Child:
         assert process.stdout is not None and process.stdin is not None
         self.reader = BufferedByteReceiveStream(process.stdout)
         self.max_line_bytes = max_line_bytes
+        self.jobs = 0
+        """jobs this child ran (or began)"""
+        self.over_memory: int | None = None
+        """the resident size at which it was killed for passing its memory limit"""
 
     @property
     def pid(self) -> int:
@@ -83,6 +100,23 @@ class ChildSettings:
     """children kept for reuse"""
 
 
+@dataclass(frozen=True, slots=True)
+class ChildLimits:
+    """When a child is replaced: the limits of the type it runs."""
+
+    max_jobs: int | None = None
+    """``max_jobs_per_child``: replaced after this many jobs"""
+    max_memory: int | None = None
+    """``max_child_memory`` in bytes: killed past it during a job (the job fails,
+    ``memory limit``), replaced past ``RECYCLE_AT`` of it after one"""
+
+
+RECYCLE_AT = 0.8
+"""a child whose resident size passed this share of its ``max_memory`` after a job is
+replaced before the next: a slow leak retires children, it does not fail jobs"""
+MEMORY_CHECK_S = 0.1
+"""how often a running child's resident size is read when it has a memory limit"""
+
 STARTUP_TIMEOUT_S = 60.0
 """how long a new child may take to import jobsd and say it is ready"""
 
@@ -98,6 +132,9 @@ class ChildPool:
         """children started so far (a crashed or killed child is replaced)"""
         self.pids: set[int] = set()
         """children alive now"""
+        self.recycled = 0
+        """children replaced for their job count or memory"""
+        self.reaper = Reaper(cfg.kill_grace_s)
 
     async def warm(self, count: int) -> None:
         """Start ``count`` idle children now, together (at daemon start: a first run
@@ -119,23 +156,79 @@ class ChildPool:
         """Take an idle child, or start one (a run's timeout starts after this)."""
         return self._idle.pop() if self._idle else await self._spawn()
 
-    async def run(self, child: Child, func_ref: str, ctx: JobContext) -> Answer:
+    async def run(
+        self, child: Child, func_ref: str, ctx: JobContext, limits: ChildLimits | None = None
+    ) -> Answer:
         """Run ``func_ref`` (``module:qualname``) for ``ctx`` in ``child`` (from
-        ``acquire``); return how it ended. Cancellation kills the child, then propagates."""
+        ``acquire``); return how it ended. Cancellation ends the child (and all it
+        started), then propagates."""
+        limits = limits or ChildLimits()
         request = {
             "func": func_ref,
             "ctx": context_message(ctx),
         }
         reusable = False
+        child.jobs += 1
         try:
-            answer = await self._exchange(child, request, ctx)
+            if limits.max_memory is None:
+                answer = await self._exchange(child, request, ctx)
+            else:
+                answer = await self._exchange_watched(child, request, ctx, limits.max_memory)
             reusable = answer.kind in ("result", "error", "invalid")
             return answer
         finally:
+            if reusable and self._worn(child, limits):
+                reusable = False
+                self.recycled += 1
             if reusable and not self._closed and len(self._idle) < self.cfg.max_idle:
                 self._idle.append(child)
             else:
-                await self._stop(child)
+                await self._stop(child, idle=reusable)
+
+    @staticmethod
+    def _worn(child: Child, limits: ChildLimits) -> bool:
+        """Say whether ``child`` must be replaced before its next job."""
+        if limits.max_jobs is not None and child.jobs >= limits.max_jobs:
+            log.info("child.recycled", extra={"child_pid": child.pid, "jobs": child.jobs})
+            return True
+        if limits.max_memory is not None:
+            rss = rss_bytes(child.pid)
+            if rss is not None and rss >= limits.max_memory * RECYCLE_AT:
+                log.info("child.recycled", extra={"child_pid": child.pid, "rss_bytes": rss})
+                return True
+        return False
+
+    async def _exchange_watched(
+        self, child: Child, request: dict[str, Any], ctx: JobContext, max_memory: int
+    ) -> Answer:
+        """``_exchange``, with the child killed if its resident size passes
+        ``max_memory``: the answer is then ``memory``."""
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while True:
+                    await anyio.sleep(MEMORY_CHECK_S)
+                    rss = rss_bytes(child.pid)
+                    if rss is not None and rss > max_memory:
+                        child.over_memory = rss
+                        log.warning(
+                            "child.over_memory",
+                            extra={"child_pid": child.pid, "rss_bytes": rss},
+                        )
+                        await self._end_tree(child, grace_s=0.0)
+                        return
+
+            tg.start_soon(watch)
+            answer = await self._exchange(child, request, ctx)
+            tg.cancel_scope.cancel()
+        if child.over_memory is not None:
+            return Answer(
+                "memory",
+                message=f"memory limit: the handler process reached {child.over_memory} "
+                f"bytes, over its limit of {max_memory} bytes",
+                detail={"pid": child.pid, "rss_bytes": child.over_memory},
+            )
+        return answer
 
     async def _exchange(self, child: Child, request: dict[str, Any], ctx: JobContext) -> Answer:
         assert child.process.stdin is not None
@@ -192,12 +285,20 @@ class ChildPool:
         # the child imports the handler's module: give it the daemon's import path
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         process = await anyio.open_process(
-            [sys.executable, "-m", "jobsd.worker.child", str(os.getpid())],
+            [
+                sys.executable,
+                "-m",
+                "jobsd.worker.child",
+                str(os.getpid()),
+                str(self.cfg.kill_grace_s),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,
             env=env,
+            start_new_session=True,  # its tools are its session's: ended with it
         )
+        self.reaper.watch(session=process.pid)
         self.started += 1
         self.pids.add(process.pid)
         child = Child(process, self.cfg.max_line_bytes)
@@ -213,30 +314,42 @@ class ChildPool:
         log.debug("child.started", extra={"child_pid": process.pid})
         return child
 
-    async def _stop(self, child: Child) -> None:
-        """End a child: close its stdin, SIGTERM, then SIGKILL after the grace."""
+    async def _end_tree(self, child: Child, grace_s: float) -> int:
+        """End ``child``, its session and everything below it: SIGTERM, ``grace_s``,
+        then SIGKILL. Return how many processes there were."""
+        pid = child.pid
+
+        def find() -> set[int]:
+            return members(snapshot(), sessions=[pid], roots=[pid])
+
+        return await anyio.to_thread.run_sync(end_processes, find, grace_s)
+
+    async def _stop(self, child: Child, *, idle: bool = False) -> None:
+        """End a child and all it started (SIGTERM, then SIGKILL after the grace)."""
         with anyio.CancelScope(shield=True):
             process = child.process
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.terminate()
-                with anyio.move_on_after(self.cfg.kill_grace_s):
+            if idle and process.returncode is None and process.stdin is not None:
+                # an idle child holds nothing: closing its stdin ends it at once
+                with contextlib.suppress(anyio.BrokenResourceError, OSError):
+                    await process.stdin.aclose()
+                with anyio.move_on_after(1.0):
                     await process.wait()
-                if process.returncode is None:
-                    log.warning("child.killed", extra={"child_pid": child.pid})
-                    with contextlib.suppress(ProcessLookupError):
-                        process.kill()
-                    await process.wait()
+            ended = await self._end_tree(child, self.cfg.kill_grace_s)
+            if ended > 1:
+                log.warning("child.killed", extra={"child_pid": child.pid, "processes": ended})
+            await process.wait()
             await process.aclose()
+            self.reaper.forget(session=child.pid)
             self.pids.discard(child.pid)
 
     async def release(self, child: Child) -> None:
         """Stop a child acquired for a run that never started."""
-        await self._stop(child)
+        await self._stop(child, idle=True)
 
     async def aclose(self) -> None:
         """Stop every idle child; running ones are stopped by their cancelled runs."""
         self._closed = True
         idle, self._idle = self._idle, []
         for child in idle:
-            await self._stop(child)
+            await self._stop(child, idle=True)
+        await anyio.to_thread.run_sync(self.reaper.close)

@@ -62,6 +62,8 @@ class End(enum.StrEnum):
     TIMEOUT = "timeout"
     STALLED = "stalled"
     CRASHED = "handler crashed"
+    MEMORY = "memory limit"
+    """the handler process passed its memory ceiling and was killed"""
     CANCELLED = "cancel requested"
     SHUTDOWN = "shutdown"
     FENCED = "fenced"
@@ -146,7 +148,7 @@ def decide(end: End, rules: Rules, facts: Facts, *, reason: str | None = None) -
         if facts.retry_matches and left:
             return Verdict(JobStatus.SCHEDULED, "retry")
         return Verdict(JobStatus.FAILED, str(end))
-    if end is End.CRASHED:
+    if end in (End.CRASHED, End.MEMORY):
         status = JobStatus.RECOVERY_REQUIRED if rules.recovers else JobStatus.FAILED
         return Verdict(status, str(end))
     if end is End.CANCELLED:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskStatus
 
+from jobsd import tools
 from jobsd.context import JobContext
 from jobsd.models import Job, JobStatus
 from jobsd.registry import Registry
@@ -209,9 +210,18 @@ class JobRunner:
         held = self.holdings.add(job, make_context(job, self.cfg.max_progress_bytes))
         return await self._execute(held)
 
+    def _watch_tool_group(self, pgid: int, started: bool) -> None:
+        """A tool of a handler in the daemon started or ended: its group is the
+        reaper's to end if the daemon dies."""
+        if started:
+            self.children.reaper.watch(group=pgid)
+        else:
+            self.children.reaper.forget(group=pgid)
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Host the handler tasks; after ``close`` wait up to ``grace_s`` for them, cancel
         the rest and return."""
+        tools.set_group_watch(self._watch_tool_group)
         try:
             if self._uses_children():
                 with anyio.move_on_after(60):
@@ -233,6 +243,7 @@ class JobRunner:
             if self._crash is not None:
                 raise self._crash
         finally:
+            tools.set_group_watch(None, only_if=self._watch_tool_group)
             with anyio.CancelScope(shield=True):
                 await self.children.aclose()
 
@@ -252,11 +263,24 @@ class JobRunner:
         return thread is not None
 
     def _uses_children(self) -> bool:
+        uses = False
         for name in self.registry.types():
             spec = self.registry.get(name)
-            if spec is not None and (spec.isolation or self.cfg.limits.isolation) == "process":
-                return True
-        return False
+            if spec is None:
+                continue
+            if spec.runs_in_process(self.cfg.limits.isolation):
+                uses = True
+            elif (spec.isolation or self.cfg.limits.isolation) == "auto" and not spec.is_async:
+                log.warning(
+                    "handler.runs_in_thread",
+                    extra={
+                        "type": name,
+                        "why": "a handler process cannot import it (defined in __main__ "
+                        "or in a function): it runs in a thread of the daemon, where a "
+                        "timeout cannot stop it",
+                    },
+                )
+        return uses
 
     def fence(self) -> None:
         """Stop every run now and give back every reservation: the daemon's lease may run

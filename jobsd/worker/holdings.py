@@ -352,6 +352,15 @@ class Holdings:
         held.scope.cancel()
         return True
 
+    def request_cancel_of(self, job_id: uuid.UUID) -> bool:
+        """Cancel the handler of ``job_id`` if this daemon runs it (a cancel request's
+        notification); False if it does not, or knew already."""
+        cancelled = False
+        for held in self._runs.get(job_id, ()):
+            if not (held.lost or held.reserved) and self.request_cancel(held):
+                cancelled = True
+        return cancelled
+
     def interrupt(self, held: Held, why: RunStop) -> None:
         """Stop a run whose handler still runs for the daemon's stop or fence (``why``);
         the job is written back."""

@@ -30,7 +30,7 @@ from jobsd.errors import ConfigError, InvalidPayload, JobsdError, PayloadTooLarg
 from jobsd.jsonsafe import encode_object
 from jobsd.models import Job
 from jobsd.registry import HandlerSpec, Isolation
-from jobsd.worker.children import Answer, Child, ChildPool
+from jobsd.worker.children import Answer, Child, ChildLimits, ChildPool
 from jobsd.worker.decide import End, Facts, Rules, Verdict, decide
 from jobsd.worker.outcome import Outcome, failure
 
@@ -43,8 +43,10 @@ log = logging.getLogger(__name__)
 class RunLimits:
     """What bounds one run: the daemon's defaults for types that do not say."""
 
-    isolation: Isolation = "none"
+    isolation: Isolation = "auto"
     stall_after_s: float | None = None
+    max_jobs_per_child: int | None = None
+    max_child_memory: int | None = None
     max_report_bytes: int | None = None
     default_timeout_s: float | None = None
     """the timeout of the types that give none (``JOBSD_DEFAULT_TIMEOUT``)"""
@@ -95,11 +97,16 @@ async def _watchdog(
 
 def handler_ref(spec: HandlerSpec) -> str | None:
     """Return ``module:qualname`` of a handler a child process can import, else None."""
-    func = spec.func
-    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
-    if not module or module == "__main__" or "<locals>" in qualname:
-        return None
-    return f"{module}:{qualname}"
+    return spec.import_ref
+
+
+def _child_limits(spec: HandlerSpec, limits: RunLimits) -> ChildLimits:
+    """When the handler process of a run of ``spec`` is replaced: the type's limits,
+    else the daemon's."""
+    return ChildLimits(
+        max_jobs=spec.max_jobs_per_child or limits.max_jobs_per_child,
+        max_memory=spec.max_child_memory or limits.max_child_memory,
+    )
 
 
 async def run_handler(
@@ -119,7 +126,7 @@ async def run_handler(
     if spec is None:
         return failure(f"unknown type {job.type!r}: no handler registered", reason="unknown type")
     limits = limits or RunLimits()
-    isolated = (spec.isolation or limits.isolation) == "process"
+    isolated = spec.runs_in_process(limits.isolation)
     stall_after_s = spec.stall_after_s if spec.stall_after_s is not None else limits.stall_after_s
     timeout_s = limits.default_timeout_s if spec.timeout_default else spec.timeout_s
     watch = _Watch()
@@ -133,7 +140,7 @@ async def run_handler(
 
         async def call() -> Any:
             if child is not None and children is not None:
-                return await children.run(child, _ref(spec), ctx)
+                return await children.run(child, _ref(spec), ctx, _child_limits(spec, limits))
             if isolated:
                 raise ConfigError(
                     f"handler of {spec.type!r} cannot run in a child process: "
@@ -271,10 +278,11 @@ def _isolated_outcome(job: Job, spec: HandlerSpec, answer: Answer, limits: RunLi
             return failure(answer.message, reason="report too large")
         case "progress_too_large":
             return failure(answer.message, reason="progress too large")
-        case "crashed":
+        case "crashed" | "memory":
             log.warning("job.child_lost", extra={"job_id": str(job.id), "how": answer.message})
-            outcome = failure(answer.message, reason="handler crashed", detail=answer.detail)
-            verdict = decide(End.CRASHED, Rules.of(spec), Facts(job.attempts))
+            end = End.MEMORY if answer.kind == "memory" else End.CRASHED
+            outcome = failure(answer.message, reason=str(end), detail=answer.detail)
+            verdict = decide(end, Rules.of(spec), Facts(job.attempts))
             return _as_decided(job, spec, verdict, outcome)
         case _:
             assert_never(answer.kind)

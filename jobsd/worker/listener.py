@@ -1,13 +1,18 @@
-"""LISTEN on a dedicated connection and wake the claimer when work arrives.
+"""LISTEN on a dedicated connection: wake the claimer when work arrives, and cancel a
+running handler when its cancel request commits.
 
-The NOTIFY payload is a queue name; a daemon that serves some queues only ignores the
-others. After every (re)connection the claimer is woken too: notifications sent while
-the connection was down are lost, and an immediate poll makes up for them.
+On ``CHANNEL`` the payload is a queue name; a daemon that serves some queues only
+ignores the others. After every (re)connection the claimer is woken too: notifications
+sent while the connection was down are lost, and an immediate poll makes up for them.
+On ``CANCEL_CHANNEL`` the payload is a job id; the daemon that holds the job cancels
+its handler (``on_cancel``). One missed while the connection was down is noticed by
+the heartbeat.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -17,17 +22,18 @@ from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable
 from jobsd.store.db import AsyncConn
-from jobsd.store.listen import notifications
+from jobsd.store.listen import channel_notifications
 from jobsd.worker.clock import Clock
 from jobsd.worker.loop import run_loop
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.waker import Waker
 
-__all__ = ["CHANNEL", "Listener", "ListenerSettings"]
+__all__ = ["CANCEL_CHANNEL", "CHANNEL", "Listener", "ListenerSettings"]
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "jobsd"
+CANCEL_CHANNEL = "jobsd_cancel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +47,8 @@ class ListenerSettings:
 class Listener:
     """Hold the LISTEN connection and turn notifications into wake-ups.
 
-    ``connect`` opens a connection that already LISTENs on ``CHANNEL``.
+    ``connect`` opens a connection that already LISTENs on ``CHANNEL`` and
+    ``CANCEL_CHANNEL``.
     """
 
     connect: Callable[[], Awaitable[AsyncConn]]
@@ -49,6 +56,8 @@ class Listener:
     clock: Clock
     waker: Waker
     stats: DaemonStats
+    on_cancel: Callable[[uuid.UUID], None] | None = None
+    """cancel the handler of this job if this daemon runs it"""
     connected: bool = field(default=False, init=False)
     _conn: AsyncConn | None = field(default=None, init=False)
     _connections: int = field(default=0, init=False)
@@ -101,10 +110,12 @@ class Listener:
         assert self._conn is not None
         woken = 0
         try:
-            async for queue in notifications(
+            async for channel, payload in channel_notifications(
                 self._conn, "listen", timeout_s=timeout_s, stop_after=stop_after
             ):
-                if not self.cfg.queues or queue in self.cfg.queues:
+                if channel == CANCEL_CHANNEL:
+                    self._cancel(payload)
+                elif not self.cfg.queues or payload in self.cfg.queues:
                     self.stats.last_notify_monotonic = self.clock.monotonic()
                     self.waker.wake("notify")
                     woken += 1
@@ -114,3 +125,13 @@ class Listener:
                 await self.aclose()
             raise
         return woken
+
+    def _cancel(self, payload: str) -> None:
+        if self.on_cancel is None:
+            return
+        try:
+            job_id = uuid.UUID(payload)
+        except ValueError:
+            log.warning("listener.bad_cancel", extra={"payload": payload[:100]})
+            return
+        self.on_cancel(job_id)

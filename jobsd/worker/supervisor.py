@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import socket
+import uuid
 from collections.abc import Callable
 
 import anyio
@@ -41,7 +42,7 @@ from jobsd.worker.heartbeat import Heartbeat, HeartbeatSettings
 from jobsd.worker.holdings import Holdings
 from jobsd.worker.hooks import FailHooks, HooksSettings
 from jobsd.worker.lifeline import Lifeline, LifelineSettings
-from jobsd.worker.listener import CHANNEL, Listener, ListenerSettings
+from jobsd.worker.listener import CANCEL_CHANNEL, CHANNEL, Listener, ListenerSettings
 from jobsd.worker.recoverer import Recoverer, RecovererSettings
 from jobsd.worker.scheduler import Scheduler, SchedulerSettings
 from jobsd.worker.starting import Starter, StarterSettings
@@ -137,6 +138,8 @@ class Daemon:
                     stall_after_s=settings.stall_after,
                     max_report_bytes=settings.max_report_bytes,
                     default_timeout_s=settings.default_timeout,
+                    max_jobs_per_child=settings.max_jobs_per_child,
+                    max_child_memory=settings.max_child_memory,
                 ),
                 kill_grace_s=settings.kill_grace,
                 max_progress_bytes=settings.max_progress_bytes,
@@ -212,6 +215,7 @@ class Daemon:
                 open_listen_connection,
                 url,
                 CHANNEL,
+                CANCEL_CHANNEL,
                 application_name="jobsd-listen",
                 operation="listen",
             ),
@@ -219,6 +223,7 @@ class Daemon:
             clock,
             self.waker,
             self.stats,
+            on_cancel=self._cancel_notified,
         )
         self.lifeline = Lifeline(
             functools.partial(workers.open_worker_connection, url),
@@ -287,6 +292,11 @@ class Daemon:
             or self.heartbeat.stalled(bound)
             or self.sweeper.stalled(bound)
         )
+
+    def _cancel_notified(self, job_id: uuid.UUID) -> None:
+        """A cancel request for ``job_id`` committed: cancel its handler if it runs here."""
+        if self.holdings.request_cancel_of(job_id):
+            log.info("job.cancel_requested", extra={"job_id": str(job_id), "via": "notify"})
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""

@@ -102,9 +102,9 @@ async def flaky(ctx: jobsd.JobContext) -> dict[str, int]:
     return await _run(ctx, attempt)
 
 
-@jobsd.handler("hang_sync", timeout=2.0, delivery="at_most_once")
+@jobsd.handler("hang_sync", timeout=2.0, delivery="at_most_once", isolation="none")
 def hang_sync(ctx: jobsd.JobContext) -> None:
-    """Block a thread for good; its 2 s timeout cannot stop it (issue 11: the job becomes
-    recovery_required, never failed while the thread runs)."""
+    """Block a thread of the daemon for good; its 2 s timeout cannot stop it (the job
+    becomes recovery_required, never failed while the thread runs)."""
     ledger().start(ctx.id, ctx.attempt, ctx.type)
     time.sleep(10**6)

@@ -15,7 +15,7 @@ import uuid
 import httpx
 import pytest
 from harness import Scenario
-from support.processes import pid_alive
+from support.processes import leftovers
 
 from jobsd.client import SyncClient
 
@@ -32,6 +32,14 @@ def _enqueue(scenario: Scenario, kinds: list[str], ms: int = 0) -> dict[str, lis
             ids.setdefault(kind, []).append(job.id)
     scenario.acked.update(i for v in ids.values() for i in v)
     return ids
+
+
+def _processes_of(scenario: Scenario) -> tuple[list[int], list[int]]:
+    """Return the handler processes and the tools the ledger's runs recorded."""
+    runs = [r for rs in scenario.runs().values() for r in rs if r.extra]
+    children = [r.extra["child"] for r in runs if r.extra]
+    tools = [pid for r in runs if r.extra for pid in r.extra.get("tools", [])]
+    return children, tools
 
 
 def _end(scenario: Scenario, job_id: uuid.UUID) -> tuple[str, str | None, float | None]:
@@ -122,18 +130,25 @@ def test_t14_daemon_exits_after_a_sync_handler_timed_out(scenario: Scenario) -> 
     scenario.verdict()
 
 
-@pytest.mark.scenario("T14-isolated", "a hung isolated handler: its child is killed at the timeout")
+@pytest.mark.scenario(
+    "T14-isolated",
+    "a hung sync handler (default isolation) with tools: its process and tools are killed",
+)
 @pytest.mark.timeout(60)
 def test_t14_hung_isolated_handler_is_killed(scenario: Scenario) -> None:
     ids = _enqueue(scenario, ["hang_isolated", "work", "work"], ms=300)
     daemon = scenario.daemon(JOBSD_HANDLERS=ISOLATED, JOBSD_SLOTS="3")
     scenario.wait_settled(timeout_s=20)
+    # the outcome is written once the process and its tools are gone: look now
+    children, tools = _processes_of(scenario)
+    left = leftovers(children, tools)
     scenario.stop(daemon)
     status, reason, lasted = _end(scenario, ids["hang_isolated"][0])
-    children = [r.extra["child"] for rs in scenario.runs().values() for r in rs if r.extra]
+    scenario.record(children=len(children), tools=len(tools))
     scenario.expect("status", (status, reason), "==", ("failed", "timeout"))
     scenario.expect("kill_latency_s", lasted, "<=", 3.0)
-    scenario.expect("leftover_processes", sum(1 for c in children if pid_alive(c)), "==", 0)
+    scenario.expect("tools_seen", len(tools), "==", 2)
+    scenario.expect("leftover_processes", len(left), "==", 0)
     scenario.expect("sibling_failures", scenario.count_status("failed") - 1, "==", 0)
     scenario.verdict()
 
@@ -198,7 +213,9 @@ def test_t15_crashing_isolated_handlers_fail_alone(scenario: Scenario) -> None:
     scenario.verdict()
 
 
-@pytest.mark.scenario("T1-orphans", "kill -9 of a daemon: its isolated handlers' children die too")
+@pytest.mark.scenario(
+    "T1-orphans", "kill -9 of a daemon: its handler processes and their tools die too"
+)
 @pytest.mark.timeout(60)
 def test_t1_no_orphan_handler_processes_after_kill_9(scenario: Scenario) -> None:
     _enqueue(scenario, ["sleep_isolated"] * 3)
@@ -207,13 +224,17 @@ def test_t1_no_orphan_handler_processes_after_kill_9(scenario: Scenario) -> None
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and sum(len(r) for r in scenario.runs().values()) < 3:
         time.sleep(0.05)
+    children, tools = _processes_of(scenario)
     scenario.kill(daemon)
-    children = [r.extra["child"] for rs in scenario.runs().values() for r in rs if r.extra]
-    time.sleep(1.0)
-    orphans = [c for c in children if pid_alive(c)]
+    # the reaper ends the tools once the daemon is gone: within a second
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and leftovers(children, tools):
+        time.sleep(0.05)
+    orphans = leftovers(children, tools)
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
     scenario.expect("children_seen", len(children), "==", 3)
+    scenario.expect("tools_seen", len(tools), "==", 6)
     scenario.expect("orphan_processes", len(orphans), "==", 0)
     scenario.verdict()
 

@@ -52,6 +52,9 @@ TABLE = [
     (End.CRASHED, ALO, FIRST, F, "handler crashed"),
     (End.CRASHED, AMO, FIRST, F, "handler crashed"),
     (End.CRASHED, RECOVER, FIRST, R, "handler crashed"),
+    (End.MEMORY, ALO, FIRST, F, "memory limit"),
+    (End.MEMORY, AMO, FIRST, F, "memory limit"),
+    (End.MEMORY, RECOVER, FIRST, R, "memory limit"),
     # a cancel request that reached the running handler
     (End.CANCELLED, ALO, FIRST, C, "cancel requested"),
     (End.CANCELLED, AMO, FIRST, C, "cancel requested"),
