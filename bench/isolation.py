@@ -1,7 +1,8 @@
-"""Per-job overhead of process isolation (issue 11): jobs/s of a no-op sync handler run
-in the daemon (a thread) and in a child process (``isolation="process"``).
+"""Per-job cost of where a handler runs: jobs/s of no-op and 10 ms handlers in the
+event loop (async), in a handler process (sync, the default) and in a thread of the
+daemon (sync, ``isolation="none"``).
 
-    uv run python bench/isolation.py [--jobs 2000] [--slots 4] [--database-url URL]
+    uv run python bench/isolation.py [--jobs 2000] [--slots 4] [--rounds 2] [--database-url URL]
 
 Each case: N jobs enqueued in bulk first, then one in-process ``Daemon`` runs from
 start (children warm, claims open) until every outcome is written. Without
@@ -54,24 +55,32 @@ async def _case(url: str, kind: str, jobs: int, slots: int) -> tuple[float, floa
     return jobs / elapsed, elapsed / jobs * 1000
 
 
+KINDS = ("async_noop", "sync_noop", "thread_noop", "async_10ms", "sync_10ms", "thread_10ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
     with dev_database(args.database_url) as (url, _):
         migrate_sync(url)
-        rows = []
-        for kind in ("noop_inline", "noop_isolated"):
-            rate, per_job_ms = anyio.run(_case, url, kind, args.jobs, args.slots)
-            rows.append((kind, rate, per_job_ms))
-    print(f"| handler ({args.jobs} jobs, {args.slots} slots) | jobs/s | ms per job |")
-    print("|---|---|---|")
-    for kind, rate, ms in rows:
-        print(f"| {kind} | {rate:,.0f} | {ms:.2f} |")
-    overhead = rows[1][2] - rows[0][2]
-    print(f"\nisolation adds {overhead:.2f} ms per job (wall clock, {args.slots} slots)")
+        best: dict[str, tuple[float, float]] = {}
+        # rounds interleaved, the best of each kept: the machine's load swings
+        for _ in range(args.rounds):
+            for kind in KINDS:
+                rate, per_job_ms = anyio.run(_case, url, kind, args.jobs, args.slots)
+                if kind not in best or rate > best[kind][0]:
+                    best[kind] = (rate, per_job_ms)
+    head = f"handler ({args.jobs} jobs, {args.slots} slots)"
+    print(f"| {head} | jobs/s | ms per job | against async |")
+    print("|---|---|---|---|")
+    for kind in KINDS:
+        rate, ms = best[kind]
+        base = best["async_" + kind.split("_", 1)[1]][1]
+        print(f"| {kind} | {rate:,.0f} | {ms:.2f} | {ms - base:+.2f} ms |")
 
 
 if __name__ == "__main__":
