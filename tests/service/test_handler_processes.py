@@ -34,7 +34,7 @@ async def test_by_default_a_segfaulting_sync_handler_fails_alone(
 ) -> None:
     async with running_daemon(make_settings(db_url, slots=8), REGISTRY) as daemon:
         siblings = [
-            await client.enqueue(kind, {"sleep_s": 3.0}, org_id="acme")
+            await client.enqueue(kind, {"sleep_s": 5.0}, org_id="acme")
             for kind in ("proc_async", "proc_sync") * 3
         ]
         for job in siblings:  # every sibling runs when the crash comes
