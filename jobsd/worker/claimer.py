@@ -56,7 +56,8 @@ class ClaimerSettings:
     """how long a job reserved ahead of the free slots stays reserved in the database"""
     reconcile_s: float = 10.0
     """after a claim that failed (its answer may be lost), how long each pass first
-    looks for running jobs of this worker that it does not hold"""
+    looks for running jobs of this worker that it does not hold (the first look comes
+    however long the database stays away)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +159,9 @@ class Claimer:
         """
         if self.fence is not None and not self.fence.open:
             return 0, False
-        if self.clock.monotonic() < self._reconcile_until:
+        # the first look after a failed claim happens however long the database was
+        # away: it gives back the slots that claim booked
+        if self._lost_booking or self.clock.monotonic() < self._reconcile_until:
             await self.adopt_lost()
         want = self.holdings.claimable
         if want <= 0:

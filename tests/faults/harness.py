@@ -412,8 +412,29 @@ class Scenario:
                 ).fetchone()
                 return row is not None and row[0] == 0
 
-        poll(done, what=f"every job to be {'/'.join(statuses)}", timeout_s=timeout_s)
+        try:
+            poll(done, what=f"every job to be {'/'.join(statuses)}", timeout_s=timeout_s)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; unsettled: {self._unsettled(statuses)}") from None
         return time.monotonic() - t0
+
+    def _unsettled(self, statuses: tuple[str, ...]) -> str:
+        """Describe the jobs not in ``statuses`` (for a timeout's message)."""
+        with connect_quietly(self.url) or _Nothing() as conn:
+            if conn is None:
+                return "database unreachable"
+            rows = conn.execute(
+                "SELECT j.status, j.attempts, j.run_after - now(), j.worker_id,"
+                " (SELECT string_agg(e.from_status || '>' || e.to_status || ':'"
+                "  || coalesce(e.reason, ''), ' ' ORDER BY e.id)"
+                "  FROM jobsd.job_events e WHERE e.job_id = j.id)"
+                " FROM jobsd.jobs j WHERE NOT j.status = ANY(%s) ORDER BY j.id LIMIT 5",
+                (list(statuses),),
+            ).fetchall()
+            total = conn.execute(
+                "SELECT status, count(*) FROM jobsd.jobs GROUP BY status"
+            ).fetchall()
+            return f"{dict(total)} e.g. {rows}"
 
     def events(self) -> list[dict[str, Any]]:
         """Return every job event, oldest first."""

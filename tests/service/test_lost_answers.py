@@ -15,7 +15,15 @@ from support.history import assert_history_complete_async
 
 import jobsd
 from jobsd.client import JobSpec
+from jobsd.errors import BackendUnavailable
+from jobsd.models import Job
 from jobsd.registry import Registry
+from jobsd.store.db import make_async_pool
+from jobsd.worker.claimer import Claimer, ClaimerSettings
+from jobsd.worker.clock import ManualClock
+from jobsd.worker.holdings import Holdings
+from jobsd.worker.stats import DaemonStats
+from jobsd.worker.waker import Waker
 
 from .conftest import (
     ADb,
@@ -148,3 +156,37 @@ async def test_a_finish_whose_answer_was_lost_is_not_discarded_and_its_hooks_run
         reasons = [e[3] for e in await events_of(db, job.id)]
         assert not any((r or "").startswith("result discarded") for r in reasons), reasons
     await assert_history_complete_async(db)
+
+
+async def test_a_claim_lost_in_an_outage_longer_than_the_look_gives_its_slots_back(
+    db_url: str, client: jobsd.Client, registry: Registry, proxy: Proxy
+) -> None:
+    """A claim fails with the database away, and the database stays away longer than
+    the daemon looks for that claim's jobs: the slots it booked must still come back
+    (they stayed booked, and the daemon never claimed again: fault campaign T10)."""
+    jobs = await client.enqueue_many(
+        [JobSpec.build("mail", {"n": n}, org_id="acme") for n in range(4)]
+    )
+    clock = ManualClock()
+    started: list[Job] = []
+    cfg = ClaimerSettings(worker_id="test-host:1:lost", queues=(), poll_interval_s=1.5)
+    holdings = Holdings(4, clock)
+    pool = make_async_pool(via(db_url, proxy), name="lost", min_size=1, max_size=2, timeout_s=2)
+    await pool.open(wait=True)
+    try:
+        claimer = Claimer(
+            pool, cfg, clock, registry, holdings, Waker(), DaemonStats(), started.append
+        )
+        proxy.arm_ambiguous(CLAIM, 1)
+        with pytest.raises(BackendUnavailable):
+            await claimer.run_once()
+        assert proxy.triggered == 1 and started == []
+        clock.advance(cfg.reconcile_s + 60)  # the outage outlasted the look
+
+        await claimer.run_once()
+    finally:
+        await pool.close()
+    # the 4 jobs of the lost claim are found and started once each, in the slots the
+    # claim had booked (start_job here only records them: they stay taken)
+    assert sorted(job.id for job in started) == sorted(job.id for job in jobs)
+    assert holdings.free == 0
