@@ -31,7 +31,7 @@ QUEUE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$"
 
 
 class JobStatus(enum.StrEnum):
-    """The one vocabulary of job states (SPEC "States")."""
+    """The one vocabulary of job states."""
 
     QUEUED = "queued"
     SCHEDULED = "scheduled"

@@ -1,6 +1,6 @@
 """What a type's ``recover(job)`` hook answers for a job whose owner died mid-run.
 
-Seed 001's publish-then-acknowledge recovery: an ``at_most_once`` job must not run
+The publish-then-acknowledge recovery: an ``at_most_once`` job must not run
 again when its outcome is unknown, but the type may be able to find out (did the
 message get published?). The sweeper moves the job to ``recovery_required`` first,
 then calls the hook and applies its answer; if the hook fails or the sweeper dies

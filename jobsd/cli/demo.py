@@ -1,4 +1,4 @@
-"""``jobsd demo crash``: seed 001's crash demo on the dev database (``jobsd.dev.crash_demo``)."""
+"""``jobsd demo crash``: the crash demo on the dev database (``jobsd.dev.crash_demo``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""``jobsd demo crash``: seed 001's crash demo, end to end, on a real database.
+"""``jobsd demo crash``: the crash demo, end to end, on a real database.
 
 A job publishes an artifact (a file named after the job, written atomically: the
-publication is idempotent by the job's stable id, as seed 001's J3/J4 service is);
+publication is idempotent by the job's stable id, as the original publishing service is);
 the daemon then dies hard at a fault point (``JOBSD_FAULT``); a new daemon proves
 the owner dead (its lock is free) and rescues the job; the demo prints the job as a
 user sees it: status, history, and the published artifact, once.

@@ -34,7 +34,7 @@ _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 # a loop that has not ticked for this long is stalled
 STALL_S = 5.0
 # /health names at most this many unhandled types, the most queued; the others are
-# summed under OTHER_TYPE, so tenants' type names cannot grow the report (issue 13)
+# summed under OTHER_TYPE, so tenants' type names cannot grow the report
 UNHANDLED_TYPE_NAMES = 20
 OTHER_TYPE = "_other"
 # the report's figures with a warning threshold in HttpSettings: (figure, setting,

@@ -49,8 +49,8 @@ class HooksSettings:
 class FailHooks:
     """Run each failed job's ``on_fail`` once; a hook's error is logged, never raised.
 
-    Called after every move to ``failed`` (seed 000 §2.2), so the owning module can
-    bring its own state in line.
+    Called after every move to ``failed``, so the owning module can bring its own state
+    in line.
     """
 
     pool: AsyncPool

@@ -1,4 +1,4 @@
--- Statements of the handlers' guarantees (issue 11): on_fail hooks, run health.
+-- Statements of the handlers' guarantees: on_fail hooks, run health.
 
 -- name: fail_hooks_claim
 -- Take on the on_fail hooks of failed jobs of the given types that no daemon took

@@ -440,7 +440,7 @@ WHERE j.id = ANY(%(ids)s::uuid[])
 FOR SHARE OF j;
 
 -- name: jobs_claim_one
--- Claim one specific job, if it is queued (PD-21 ST-2). The row lock makes two
+-- Claim one specific job, if it is queued. The row lock makes two
 -- claimers of the same id take turns: the second finds it running and gets no row.
 -- The queue's pause and the job's concurrency key hold here too: the key row is
 -- locked (waiting for a claimer deciding on it) and its latest count decides.

@@ -266,9 +266,7 @@ def test_t16_hostile_input_never_500_and_writes_nothing_refused(
     scenario.verdict()
 
 
-@pytest.mark.scenario(
-    "T16-known", "bodies issue 12 names: non-UTF-8 text, a payload nested 500 deep"
-)
+@pytest.mark.scenario("T16-known", "known bad bodies: non-UTF-8 text, a payload nested 500 deep")
 @pytest.mark.timeout(60)
 def test_t16_known_500s(scenario: Scenario) -> None:
     token = scenario.token()
