@@ -5,6 +5,9 @@ set; ``jobsd api`` runs it alone. uvicorn does not touch signal handlers here: t
 owner of the loop decides when to stop, by cancelling the task. Stopping answers
 every long-poll at once (with the current state), lets open requests finish for up
 to ``JOBSD_HTTP_SHUTDOWN_GRACE``, then closes the connections.
+
+Connections pass ``jobsd.http.guard`` first: a cap per peer at accept, deadlines for
+request headers and bodies, and the request slots, which the probes go around.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from fastapi import FastAPI
 from jobsd.errors import ConfigError
 from jobsd.http.app import create_app
 from jobsd.http.backend import ApiBackend
+from jobsd.http.guard import ConnectionGuard, Slots, guarded_protocol
 from jobsd.http.protocols import DaemonView
 from jobsd.http.settings import HttpSettings, parse_addr
 from jobsd.settings import Settings
@@ -104,16 +108,23 @@ async def serve(
     backend: ApiBackend = app.state.jobsd
     sock = _bind(host, port)
     bound = sock.getsockname()[:2]
+    guard = ConnectionGuard(
+        per_peer=http.http_max_connections_per_peer,
+        header_timeout_s=http.http_header_timeout,
+        body_timeout_s=http.http_body_timeout,
+    )
     config = uvicorn.Config(
-        app,
+        # beyond this many requests at once, 503 at once (not uvicorn's limit_concurrency:
+        # it counts every open socket, the ones that never sent a request too)
+        Slots(app, http.http_max_concurrency),
+        # h11 under the per-peer cap and the header and body deadlines (jobsd.http.guard)
+        http=guarded_protocol(guard),
         lifespan="on",
         log_config=None,
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=int(max(http.http_shutdown_grace, 1)),
         ws="none",
-        # beyond this many connections and requests at once, 503 at once
-        limit_concurrency=http.http_max_concurrency,
     )
     _quiet_uvicorn()
     server = _Server(config)

@@ -56,8 +56,23 @@ class HttpSettings(BaseSettings):
     ``off`` means no limit. Over it, the read answers 429."""
 
     http_max_concurrency: int = Field(default=1024, ge=1)
-    """Connections and requests the server handles at once; beyond, uvicorn answers 503
-    at once (its ``limit_concurrency``)."""
+    """Requests the server handles at once (from their complete headers to their
+    answer); beyond, 503 with ``Retry-After: 1`` at once. A connection that waits (for
+    its headers, or kept alive between requests) takes none, and /healthz and /readyz
+    are answered beyond it."""
+
+    http_max_connections_per_peer: int = Field(default=512, ge=0)
+    """Connections open at once from one IP address; beyond, a new one is closed as it
+    is accepted, before anything is read. 0: no cap. Behind a reverse proxy every
+    connection comes from the proxy: set it above the proxy's connections (or 0)."""
+
+    http_header_timeout: Duration = 10.0
+    """A connection whose request headers are not complete this long after they began
+    (its accept, or the first byte of a later request) is closed."""
+
+    http_body_timeout: Duration = 30.0
+    """A request body not complete this long after its headers is cut: the connection
+    is closed. A request the API works on (a long-poll) has no such deadline."""
 
     longpoll_max_concurrent: int = Field(default=256, ge=1)
     """Long-polls (``GET /jobs/{id}?wait=``) open at once, all tokens together; beyond,

@@ -1,11 +1,10 @@
 """Submissions and reads per token over their rate: 429 with Retry-After, nothing written;
-connections past JOBSD_HTTP_MAX_CONCURRENCY: 503 from uvicorn at once.
+requests past JOBSD_HTTP_MAX_CONCURRENCY: tests/http/test_http_lockout.py.
 
 The token bucket itself is tested in tests/unit/test_ratelimit.py."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from apikit import (
     bearer,
@@ -13,9 +12,7 @@ from apikit import (
     http_settings,
     make_token,
     running_api,
-    served_api,
     settings_for,
-    wait_until,
 )
 from support.clock import FakeClock
 
@@ -88,24 +85,3 @@ async def test_over_the_read_rate_get_jobs_and_get_job_answer_429(
         r = await api.client.get(f"/jobs/{job_id}", headers=bearer(token_a))
         assert r.status_code == 200 and r.json()["id"] == job_id, r.text
         assert (await api.client.get("/jobs", headers=bearer(token_a))).status_code == 429
-
-
-@pytest.mark.anyio
-async def test_past_the_http_concurrency_limit_uvicorn_answers_503(db_url: str) -> None:
-    """JOBSD_HTTP_MAX_CONCURRENCY reaches uvicorn's limit_concurrency: with 2, one idle
-    keep-alive connection and the one asking fill it (uvicorn counts the asking one)."""
-    http = http_settings(http_max_concurrency=2)
-    async with (
-        served_api(settings_for(db_url), http) as (base_url, _backend),
-        httpx.AsyncClient(base_url=base_url) as holder,
-        httpx.AsyncClient(base_url=base_url) as other,
-    ):
-        assert (await holder.get("/healthz")).status_code == 200  # its connection stays open
-        r = await other.get("/healthz")
-        assert r.status_code == 503 and r.text == "Service Unavailable", r.text
-        await holder.aclose()  # a connection freed: the next request is served
-
-        async def served() -> bool:
-            return (await other.get("/healthz")).status_code == 200
-
-        await wait_until(served, what="a free connection slot", timeout_s=5.0)
