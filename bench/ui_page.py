@@ -29,8 +29,11 @@ from server import BenchServer
 
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
-from jobsd.http.tokens import create_token
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token
 from jobsd.settings import Settings
+
+OPERATOR = Caller.as_operator("tests")
 
 SEED_SQL = """
 SET session_replication_role = replica;
@@ -79,8 +82,8 @@ def say(message: str) -> None:
 
 async def measure(url: str, repeat: int) -> list[tuple[str, str, list[float], int]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        admin, _ = create_token(conn, None, "bench", admin=True)
-        org, _ = create_token(conn, "org3", "bench")
+        admin, _ = create_token(conn, OPERATOR, None, "bench", admin=True)
+        org, _ = create_token(conn, OPERATOR, "org3", "bench")
         row = conn.execute(
             "SELECT id FROM jobsd.jobs WHERE status = 'failed' ORDER BY created_at DESC LIMIT 1"
         ).fetchone()

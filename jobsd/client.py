@@ -1,9 +1,12 @@
 """Enqueue jobs and read them back: on jobsd's own pool or in the caller's transaction.
 
-The statements are ``jobsd.store``'s (``store.enqueue``: the enqueue plan and the
-dropped-connection retry); this module is the public face: ``Client`` (async) and
-``SyncClient``, their pools (opened through ``store.connect``: the TLS policy applies),
-and the queue administration of ``jobsd.admin.queues`` on the client's pool.
+The enqueue is ``jobsd.store.enqueue``'s (the enqueue plan and the dropped-connection
+retry); every operation on existing jobs is ``jobsd.ops``'s, as for the CLI, the HTTP
+API and the dashboard. A client holds the database's URL: it is an operator, unless a
+call names an ``org_id`` (then it acts for that org only). This module is the public
+face: ``Client`` (async) and ``SyncClient``, their pools (opened through
+``store.connect``: the TLS policy applies), and the queue administration of
+``jobsd.admin.queues`` on the client's pool.
 """
 
 from __future__ import annotations
@@ -22,19 +25,19 @@ from jobsd.admin.queues import (
     create_queue,
     drop_queue,
     list_queues,
-    pause_queue,
-    resume_queue,
     set_queue_limits,
 )
-from jobsd.errors import ConfigError, JobNotFound, JobsdError
+from jobsd.errors import ConfigError, JobsdError
 from jobsd.jobspec import EnqueueOptions, JobSpec
 from jobsd.models import Job, JobEvent, QueueInfo
+from jobsd.ops import Caller, cancel, get, listing, queues, resolve, retry, wait
+from jobsd.ops.cancel import CancelOutcome
+from jobsd.ops.listing import Cursor, JobPage, ListOptions
+from jobsd.ops.resolve import Resolution
 from jobsd.settings import Settings
 from jobsd.store import enqueue as store_enqueue
-from jobsd.store import jobs_ops, queries
 from jobsd.store.connect import make_async_pool, make_sync_pool
 from jobsd.store.db import AsyncConn, AsyncPool, SyncConn, SyncPool, acquire, acquire_sync
-from jobsd.store.jobs_ops import CancelOutcome, Cursor, JobPage, ListOptions
 
 __all__ = [
     "CancelOutcome",
@@ -44,6 +47,7 @@ __all__ = [
     "JobPage",
     "JobSpec",
     "ListOptions",
+    "Resolution",
     "SyncClient",
 ]
 
@@ -96,18 +100,9 @@ def _own_pool(make: Callable[..., P], database_url: str | None, settings: Settin
     )
 
 
-def _visible(job: Job | None, job_id: uuid.UUID | str, org_id: str | None) -> Job:
-    """Return ``job``; JobNotFound if missing or, with ``org_id``, of another org."""
-    if job is None or (org_id is not None and job.org_id != org_id):
-        raise JobNotFound(job_id)
-    return job
-
-
-def _existing(done: CancelOutcome, job_id: uuid.UUID | str) -> CancelOutcome:
-    """Return a cancel's outcome; JobNotFound if it found no job."""
-    if done.job is None:
-        raise JobNotFound(job_id)
-    return done
+def _caller(org_id: str | None, actor: str) -> Caller:
+    """Return who a client's call acts as: an operator, or ``org_id``'s caller."""
+    return Caller.of_org_or_operator(org_id, actor)
 
 
 class Client:
@@ -236,20 +231,27 @@ class Client:
         return await store_enqueue.enqueue_many(self._pool, specs)
 
     async def get(self, job_id: uuid.UUID | str, *, org_id: str | None = None) -> Job:
-        """Read a job; with ``org_id``, a job of another org is reported as not found."""
+        """Read a job (with ``retried_as`` once retried); with ``org_id``, a job of
+        another org is reported as not found (JobNotFound)."""
         key = uuid.UUID(str(job_id))
-        job = await self._run(f"read of job {key}", lambda conn: queries.get_job(conn, key))
-        return _visible(job, job_id, org_id)
-
-    async def events(self, job_id: uuid.UUID | str) -> list[JobEvent]:
-        """Read the history of a job, oldest first."""
-        key = uuid.UUID(str(job_id))
-        return await self._run(
-            f"read of history of job {key}", lambda conn: queries.get_job_events(conn, key)
+        view = await self._run(
+            f"read of job {key}", lambda conn: get.get_job(conn, _caller(org_id, _ACTOR), key)
         )
+        return view.job
 
-    # Operations on existing jobs: the same as the CLI's and the HTTP API's
-    # (jobsd.store.jobs_ops). ``org_id`` limits each to one org's jobs.
+    async def events(
+        self, job_id: uuid.UUID | str, *, org_id: str | None = None
+    ) -> builtins.list[JobEvent]:
+        """Read the history of a job, oldest first (JobNotFound: no such job)."""
+        key = uuid.UUID(str(job_id))
+        view = await self._run(
+            f"read of history of job {key}",
+            lambda conn: get.get_job(conn, _caller(org_id, _ACTOR), key),
+        )
+        return view.history
+
+    # Operations on existing jobs: the same as the CLI's, the HTTP API's and the
+    # dashboard's (jobsd.ops). ``org_id`` limits each to one org's jobs.
 
     async def cancel(
         self,
@@ -261,16 +263,16 @@ class Client:
     ) -> CancelOutcome:
         """Cancel a job that has not started, or ask the owner of a running one to cancel it.
 
-        ``action`` is ``cancelled``, ``requested`` (running: its handler stops within a
-        heartbeat) or ``none`` (already ended, or awaiting recovery: ``job`` says which).
-        Idempotent. Raises JobNotFound.
+        ``action`` is ``cancelled`` or ``requested`` (running: its handler stops at
+        once); ``changed`` is False when an earlier cancel did it. Idempotent. Raises
+        JobNotFound, and CancelRefused for a job that finished or awaits recovery.
         """
         key = uuid.UUID(str(job_id))
-        done = await self._run(
+        caller = _caller(org_id, actor)
+        return await self._run(
             f"cancel of job {key}",
-            lambda conn: jobs_ops.cancel_job(conn, key, actor=actor, reason=reason, org_id=org_id),
+            lambda conn: cancel.cancel_job(conn, caller, key, reason=reason),
         )
-        return _existing(done, job_id)
 
     async def wait(
         self,
@@ -288,7 +290,7 @@ class Client:
         """
         key = uuid.UUID(str(job_id))
         url = _database_url(self._url, self.settings)
-        return await jobs_ops.wait_job(url, key, timeout_s=timeout_s, org_id=org_id)
+        return await wait.wait_job(url, _caller(org_id, _ACTOR), key, timeout_s=timeout_s)
 
     async def list(self, **options: Unpack[ListOptions]) -> JobPage:
         """List jobs newest first (``limit`` at most, 1..1000), filtered; pass the
@@ -298,7 +300,10 @@ class Client:
         ``org_id``, ``since`` (aware: jobs created at or after it), ``after``,
         ``limit`` (50). Raises ValueError for a bad filter.
         """
-        return await self._run("listing of jobs", lambda conn: jobs_ops.list_jobs(conn, **options))
+        caller = _caller(options.get("org_id"), _ACTOR)
+        return await self._run(
+            "listing of jobs", lambda conn: listing.list_jobs(conn, caller, **options)
+        )
 
     async def retry(
         self,
@@ -308,17 +313,37 @@ class Client:
         org_id: str | None = None,
         actor: str = _ACTOR,
     ) -> Job:
-        """Give a failed or cancelled job a new attempt; return it, queued again.
+        """Retry a failed or cancelled job; return the new job, queued (``retry_of`` names
+        the retried job, which stays as it ended).
 
-        Recorded in the job's history (reason ``retry``, the actor); attempts keep
-        counting. Refused (RetryRefused, nothing changed) for a job that has not
-        ended, for an ``at_most_once`` type unless ``force``, and while a job it
-        depends on has not succeeded. Raises JobNotFound.
+        The new job is admitted like any enqueue: QueueFull or OrgQuotaExceeded, and
+        nothing is written. A job is retried once: asking again returns the same new
+        job. Refused (RetryRefused, nothing changed) for a job that has not ended, for
+        an ``at_most_once`` type unless ``force``, and while a job it depends on has
+        not succeeded. Raises JobNotFound.
         """
         key = uuid.UUID(str(job_id))
+        caller = _caller(org_id, actor)
+        retried = await self._run(
+            f"retry of job {key}", lambda conn: retry.retry_job(conn, caller, key, force=force)
+        )
+        return retried.job
+
+    async def resolve(
+        self,
+        job_id: uuid.UUID | str,
+        how: Resolution | str,
+        *,
+        org_id: str | None = None,
+        actor: str = _ACTOR,
+    ) -> Job:
+        """Settle a ``recovery_required`` job: ``succeeded``, ``failed`` or ``requeue``;
+        return it as written. Raises JobNotFound and ResolveRefused (not awaiting
+        recovery: nothing changed)."""
+        key = uuid.UUID(str(job_id))
+        caller = _caller(org_id, actor)
         return await self._run(
-            f"retry of job {key}",
-            lambda conn: jobs_ops.retry_job(conn, key, actor=actor, force=force, org_id=org_id),
+            f"resolve of job {key}", lambda conn: resolve.resolve_job(conn, caller, key, how)
         )
 
     # Queue administration: see jobsd.admin.queues (and docs/queues.md) for the semantics.
@@ -345,11 +370,17 @@ class Client:
 
     async def pause_queue(self, name: str) -> QueueInfo:
         """Stop claims from a queue (running jobs finish); idempotent."""
-        return await self._run(f"pause of queue {name!r}", lambda conn: pause_queue(conn, name))
+        caller = _caller(None, _ACTOR)
+        return await self._run(
+            f"pause of queue {name!r}", lambda conn: queues.pause_queue(conn, caller, name)
+        )
 
     async def resume_queue(self, name: str) -> QueueInfo:
         """Let daemons claim from a queue again, and wake them; idempotent."""
-        return await self._run(f"resume of queue {name!r}", lambda conn: resume_queue(conn, name))
+        caller = _caller(None, _ACTOR)
+        return await self._run(
+            f"resume of queue {name!r}", lambda conn: queues.resume_queue(conn, caller, name)
+        )
 
     async def drop_queue(self, name: str) -> int:
         """Delete a queue without open jobs, and its finished jobs; return how many jobs.
@@ -431,17 +462,23 @@ class SyncClient:
         return store_enqueue.enqueue_on_pool_sync(self._pool, spec)
 
     def get(self, job_id: uuid.UUID | str, *, org_id: str | None = None) -> Job:
-        """Read a job; with ``org_id``, a job of another org is reported as not found."""
+        """Read a job; see ``Client.get``."""
         key = uuid.UUID(str(job_id))
-        job = self._run(f"read of job {key}", lambda conn: queries.get_job_sync(conn, key))
-        return _visible(job, job_id, org_id)
-
-    def events(self, job_id: uuid.UUID | str) -> list[JobEvent]:
-        """Read the history of a job, oldest first."""
-        key = uuid.UUID(str(job_id))
-        return self._run(
-            f"read of history of job {key}", lambda conn: queries.get_job_events_sync(conn, key)
+        view = self._run(
+            f"read of job {key}", lambda conn: get.get_job_sync(conn, _caller(org_id, _ACTOR), key)
         )
+        return view.job
+
+    def events(
+        self, job_id: uuid.UUID | str, *, org_id: str | None = None
+    ) -> builtins.list[JobEvent]:
+        """Read the history of a job, oldest first; see ``Client.events``."""
+        key = uuid.UUID(str(job_id))
+        view = self._run(
+            f"read of history of job {key}",
+            lambda conn: get.get_job_sync(conn, _caller(org_id, _ACTOR), key),
+        )
+        return view.history
 
     def _run(self, operation: str, work: Callable[[SyncConn], T]) -> T:
         """Run ``work(conn)`` on a pooled connection."""
@@ -459,13 +496,11 @@ class SyncClient:
     ) -> CancelOutcome:
         """Cancel a job, or request the cancel of a running one; see ``Client.cancel``."""
         key = uuid.UUID(str(job_id))
-        done = self._run(
+        caller = _caller(org_id, actor)
+        return self._run(
             f"cancel of job {key}",
-            lambda conn: jobs_ops.cancel_job_sync(
-                conn, key, actor=actor, reason=reason, org_id=org_id
-            ),
+            lambda conn: cancel.cancel_job_sync(conn, caller, key, reason=reason),
         )
-        return _existing(done, job_id)
 
     def wait(
         self,
@@ -477,11 +512,14 @@ class SyncClient:
         """Wait until the job ends, or ``timeout_s``; see ``Client.wait``."""
         key = uuid.UUID(str(job_id))
         url = _database_url(self._url, self.settings)
-        return jobs_ops.wait_job_sync(url, key, timeout_s=timeout_s, org_id=org_id)
+        return wait.wait_job_sync(url, _caller(org_id, _ACTOR), key, timeout_s=timeout_s)
 
     def list(self, **options: Unpack[ListOptions]) -> JobPage:
         """List jobs newest first, filtered, one page; see ``Client.list``."""
-        return self._run("listing of jobs", lambda conn: jobs_ops.list_jobs_sync(conn, **options))
+        caller = _caller(options.get("org_id"), _ACTOR)
+        return self._run(
+            "listing of jobs", lambda conn: listing.list_jobs_sync(conn, caller, **options)
+        )
 
     def retry(
         self,
@@ -491,14 +529,14 @@ class SyncClient:
         org_id: str | None = None,
         actor: str = _ACTOR,
     ) -> Job:
-        """Give a failed or cancelled job a new attempt; see ``Client.retry``."""
+        """Retry a failed or cancelled job as a new job; see ``Client.retry``."""
         key = uuid.UUID(str(job_id))
-        return self._run(
+        caller = _caller(org_id, actor)
+        retried = self._run(
             f"retry of job {key}",
-            lambda conn: jobs_ops.retry_job_sync(
-                conn, key, actor=actor, force=force, org_id=org_id
-            ),
+            lambda conn: retry.retry_job_sync(conn, caller, key, force=force),
         )
+        return retried.job
 
 
 # The open pools of sync clients, held here: a client dropped without close() keeps

@@ -9,9 +9,11 @@ from __future__ import annotations
 __all__ = [
     "AlreadyClaimed",
     "BackendUnavailable",
+    "CancelRefused",
     "ConfigError",
     "DatabaseError",
     "DuplicateJob",
+    "Forbidden",
     "InvalidPayload",
     "JobNotFound",
     "JobsdError",
@@ -22,6 +24,7 @@ __all__ = [
     "QueueExists",
     "QueueFull",
     "QueueNotEmpty",
+    "ResolveRefused",
     "RetryRefused",
     "TransientConflict",
     "UnknownDependency",
@@ -159,6 +162,44 @@ class QueueNotEmpty(JobsdError):
         )
         self.queue = queue
         self.open_jobs = open_jobs
+
+
+class Forbidden(JobsdError, PermissionError):
+    """The caller may not do this (``act``): it takes an operator (an admin token of no
+    org, or the database's own URL). Nothing was done."""
+
+    def __init__(self, act: str) -> None:
+        super().__init__(
+            f"only an operator may {act}: use an operator token, made by "
+            "`jobsd token create --admin`"
+        )
+        self.act = act
+
+
+class CancelRefused(JobsdError):
+    """A cancel was refused: nothing changed. ``why`` is ``finished`` (the job
+    succeeded or failed), ``recovery_required`` (it awaits an operator's decision:
+    resolve it) or ``changed`` (it changed state while the cancel looked: try again)."""
+
+    def __init__(self, job_id: object, why: str, status: str) -> None:
+        messages = {
+            "finished": f"it has already {status}",
+            "recovery_required": "it awaits an operator's decision (resolve it), not a cancel",
+            "changed": "it changed state meanwhile: try again",
+        }
+        super().__init__(f"cancel of job {job_id} refused: {messages.get(why, why)}")
+        self.job_id = job_id
+        self.why = why
+        self.status = status
+
+
+class ResolveRefused(JobsdError):
+    """A resolve was refused: the job is not ``recovery_required``; nothing changed."""
+
+    def __init__(self, job_id: object, status: str) -> None:
+        super().__init__(f"resolve of job {job_id} refused: it is {status}, not recovery_required")
+        self.job_id = job_id
+        self.status = status
 
 
 class RetryRefused(JobsdError):

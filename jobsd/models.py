@@ -13,13 +13,13 @@ __all__ = [
     "INITIAL_STATES",
     "OPEN_STATES",
     "QUEUE_NAME_PATTERN",
-    "RETRY_TRANSITIONS",
     "STATUS_BY_VALUE",
     "TERMINAL_STATES",
     "TRANSITIONS",
     "Job",
     "JobEvent",
     "JobStatus",
+    "JobView",
     "QueueInfo",
     "last_progress_at",
     "silence_s",
@@ -80,17 +80,6 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.FAILED: frozenset(),
     JobStatus.CANCELLED: frozenset(),
 }
-
-# The one way out of a terminal state: an explicit retry (``jobsd retry``,
-# ``Client.retry``, ``POST /jobs/{id}/retry``) puts a failed or cancelled job back in
-# ``queued`` for a new attempt, recorded with reason ``retry``. Only the database
-# function ``jobsd.job_retry`` may make it (migration 0014); the machine above stays
-# as it is: nothing else ever leaves a terminal state.
-RETRY_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
-    JobStatus.CANCELLED: frozenset({JobStatus.QUEUED}),
-}
-
 
 # the columns every version of jobsd.jobs has (migration 0001), read as they are
 _JOB_COLUMNS = (
@@ -153,6 +142,11 @@ class Job:
     """set while the job is queued and reserved by a daemon (``worker_id``, under
     ``lease_id``) ahead of its free slots: no other claim takes it until then (a job
     cancelled while reserved keeps it: ``reservation`` reads it only while queued)"""
+    retry_of: uuid.UUID | None = None
+    """the failed or cancelled job this job retries (None: not a retry)"""
+    retried_as: uuid.UUID | None = None
+    """the job that retries this one, once it was retried (read with the job, never
+    stored in its row: a finished job's row does not change)"""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -165,6 +159,8 @@ class Job:
             concurrency_key=row.get("concurrency_key"),
             trace_context=row.get("trace_context"),
             reserved_until=row.get("reserved_until"),
+            retry_of=row.get("retry_of"),
+            retried_as=row.get("retried_as"),
         )
 
     @classmethod
@@ -182,7 +178,7 @@ class Job:
             self.dedup_key, self.payload, self.progress, self.report, self.error, None,
             self.run_after, lease_id, self.worker_id, self.created_at, started_at,
             self.finished_at, self.cancel_requested_at, self.priority, self.concurrency_key,
-            self.trace_context, None,
+            self.trace_context, None, self.retry_of,
         )  # fmt: skip
 
     @property
@@ -222,6 +218,8 @@ class Job:
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
             "reserved_until": _iso(self.reservation),
+            "retry_of": str(self.retry_of) if self.retry_of else None,
+            "retried_as": str(self.retried_as) if self.retried_as else None,
         }
 
 
@@ -320,6 +318,15 @@ class QueueInfo:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as one read saw it: its row, its retry (``job.retried_as``) and its whole
+    history, oldest change first."""
+
+    job: Job
+    history: list[JobEvent]
 
 
 def last_progress_at(

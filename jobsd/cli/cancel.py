@@ -4,46 +4,31 @@ from __future__ import annotations
 
 import click
 
-from jobsd.cli.common import load_settings, require_url, run_async
-from jobsd.cli.errors import fail, friendly_errors
+from jobsd.cli.common import on_job, token_option
+from jobsd.cli.errors import friendly_errors
 
 __all__ = ["cancel"]
 
 
 @click.command()
 @click.argument("job_id")
+@token_option
 @friendly_errors
-def cancel(job_id: str) -> None:
+def cancel(job_id: str, token: str | None) -> None:
     """Cancel a job: at once when it has not started, by request when it is running."""
-    import uuid
+    from jobsd.ops.cancel import cancel_job
 
-    from jobsd.store import queries
-
-    try:
-        parsed = uuid.UUID(job_id)
-    except ValueError:
-        fail(f"{job_id!r} is not a job id (a UUID)")
-    url = require_url(load_settings())
-
-    done = run_async(
-        url,
-        f"cancel of job {parsed}",
-        lambda conn: queries.cancel_job(conn, parsed, actor="cli", reason="cancelled by operator"),
+    done = on_job(
+        job_id,
+        token,
+        "cancel",
+        lambda conn, caller, key: cancel_job(conn, caller, key, reason="cancelled by operator"),
         command="cancel",
     )
-    if done.job is None:
-        fail(f"job {parsed} not found")
-    match done.action:
-        case "cancelled":
-            click.echo(f"job {parsed} cancelled")
-        case "requested":
-            click.echo(
-                f"job {parsed} is running: cancel requested (its handler stops within a heartbeat)"
-            )
-        case _:
-            if done.job.status == "cancelled":
-                click.echo(f"job {parsed} cancelled")
-            elif done.job.status == "running":
-                click.echo(f"job {parsed} is running: cancel already requested")
-            else:
-                fail(f"job {parsed} is {done.job.status}: nothing to cancel")
+    parsed = done.job.id
+    if done.action == "cancelled":
+        click.echo(f"job {parsed} cancelled")
+    elif done.changed:
+        click.echo(f"job {parsed} is running: cancel requested (its handler stops at once)")
+    else:
+        click.echo(f"job {parsed} is running: cancel already requested")

@@ -1,34 +1,51 @@
-"""What every ``jobsd`` command shares: settings, the URL, and one connect-and-run helper.
+"""What every ``jobsd`` command shares: settings, the URL, connections, and who asks.
 
 Every command that connects goes through ``jobsd.store.connect`` (here, or inside the
 client, the migrations, the snapshot or the roles it calls): plaintext TCP is refused
-unless ``JOBSD_ALLOW_INSECURE`` is set, for every command alike.
+unless ``JOBSD_ALLOW_INSECURE`` is set, for every command alike. This module is the
+command line's one door to connections (the only ``jobsd.cli`` module that imports
+``jobsd.store``); the operations themselves are ``jobsd.ops``'s.
+
+The caller of a job command is the operator (``cli:<user>``, every org), or, with
+``--token`` (``JOBSD_TOKEN``), what that API token stands for: its org only, as
+through the API and the dashboard.
 """
 
 from __future__ import annotations
 
+import getpass
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobsd.cli.errors import friendly_errors
+from jobsd.cli.errors import fail, friendly_errors
 from jobsd.errors import ConfigError
 from jobsd.settings import Settings, credential_database_url
 
 if TYPE_CHECKING:
-    from jobsd.store.db import AsyncConn
+    from jobsd.ops import AsyncConn, Caller
 
 __all__ = [
     "Moment",
+    "check_url",
+    "connect",
     "database_url_option",
     "given_url",
     "load_settings",
+    "migrate",
+    "on_job",
     "on_named",
+    "open_connection_async",
+    "operator",
     "operator_url",
+    "pending_migrations",
     "require_url",
+    "run_as",
     "run_async",
+    "token_option",
     "warn_if_insecure",
 ]
 
@@ -64,13 +81,122 @@ def given_url(database_url: str | None) -> str:
     return database_url
 
 
+def check_url(url: str) -> str | None:
+    """Apply the TLS policy to ``url`` (ConfigError); return the warning when it is
+    plaintext allowed by ``JOBSD_ALLOW_INSECURE``, else None."""
+    from jobsd.store.connect import check_url as store_check_url
+
+    return store_check_url(url)
+
+
+def migrate(url: str) -> list[str]:
+    """Apply the pending migrations; return the versions applied."""
+    from jobsd.store.migrate import migrate_sync
+
+    return migrate_sync(url)
+
+
+def pending_migrations(url: str) -> list[str]:
+    """Return the names of the migrations not applied yet."""
+    from jobsd.store.migrate import migration_status_sync
+
+    return [m.name for m in migration_status_sync(url) if not m.applied]
+
+
+def connect(url: str, *, application_name: str, operation: str) -> Any:
+    """Open one sync connection (a context manager) under the TLS policy."""
+    from jobsd.store.connect import connect as store_connect
+
+    return store_connect(url, application_name=application_name, operation=operation)
+
+
+async def open_connection_async(url: str, *, application_name: str, operation: str) -> AsyncConn:
+    """Open one async connection under the TLS policy; the caller closes it."""
+    from jobsd.store.connect import open_connection_async as store_open
+
+    return await store_open(url, application_name=application_name, operation=operation)
+
+
+token_option = click.option(
+    "--token",
+    envvar="JOBSD_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="Act as this API token would: its org's jobs only (JOBSD_TOKEN). Without it "
+    "the command acts as the operator, on every org's jobs.",
+)
+"""``--token`` of the job commands"""
+
+
+def operator() -> Caller:
+    """Return the operator the command line acts as, named ``cli:<user>`` in histories."""
+    from jobsd.ops import Caller
+
+    return Caller.as_operator(f"cli:{getpass.getuser()}")
+
+
+async def caller_of(conn: AsyncConn, token: str | None) -> Caller:
+    """Return who the command acts as: the operator, or what ``token`` stands for
+    (ConfigError for an unknown or revoked token)."""
+    if token is None:
+        return operator()
+    from jobsd.ops import Caller
+    from jobsd.ops.tokens import find_token, hash_token, looks_like_token
+
+    grant = None
+    if looks_like_token(token.strip()):
+        grant = await find_token(conn, hash_token(token.strip()))
+    if grant is None:
+        raise ConfigError("unknown or revoked token (--token, JOBSD_TOKEN)")
+    return Caller.of_grant(grant, f"cli:{getpass.getuser()}")
+
+
+def run_as(
+    url: str,
+    token: str | None,
+    operation: str,
+    work: Callable[[AsyncConn, Caller], Awaitable[T]],
+    *,
+    command: str,
+) -> T:
+    """``run_async`` for a job command: ``work(conn, caller)``, the caller being the
+    operator or ``token``'s (see ``caller_of``)."""
+
+    async def apply(conn: AsyncConn) -> T:
+        return await work(conn, await caller_of(conn, token))
+
+    return run_async(url, operation, apply, command=command)
+
+
+def on_job(
+    job_id: str,
+    token: str | None,
+    operation: str,
+    work: Callable[[AsyncConn, Caller, uuid.UUID], Awaitable[T]],
+    *,
+    command: str,
+) -> T:
+    """Run a job command: ``job_id`` must be a UUID (one line otherwise), then
+    ``work(conn, caller, id)`` as ``run_as`` runs it (``operation`` of job ID)."""
+    try:
+        parsed = uuid.UUID(job_id)
+    except ValueError:
+        fail(f"{job_id!r} is not a job id (a UUID)")
+    url = require_url(load_settings())
+    return run_as(
+        url,
+        token,
+        f"{operation} of job {parsed}",
+        lambda conn, caller: work(conn, caller, parsed),
+        command=command,
+    )
+
+
 def warn_if_insecure(url: str) -> None:
     """Apply the TLS policy now: raise ConfigError, or print a warning line when allowed.
 
     For the operator commands (queue, roles, prune, export), which say so on stderr.
     """
-    from jobsd.store.connect import check_url
-
     insecure = check_url(url)
     if insecure is not None:
         click.echo(f"jobsd: warning: {insecure} (allowed by JOBSD_ALLOW_INSECURE)", err=True)

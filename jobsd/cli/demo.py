@@ -31,15 +31,14 @@ def crash(workspace: Path | None) -> None:
 
     Uses JOBSD_DATABASE_URL, else a throwaway embedded Postgres (as `jobsd dev`).
     """
+    from jobsd.cli.common import check_url, migrate
     from jobsd.dev.crash_demo import run_demo
     from jobsd.dev.database import dev_database
     from jobsd.settings import Settings
-    from jobsd.store.connect import check_url
-    from jobsd.store.migrate import migrate_sync
 
     with dev_database(Settings().database_url) as (url, embedded):
         check_url(url)
-        migrate_sync(url)
+        migrate(url)
         where = Path(workspace or tempfile.mkdtemp(prefix="jobsd-crash-demo-"))
         click.echo(f"workspace: {where}")
         runs = run_demo(url, where, insecure=embedded, say=click.echo)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import click
 
-from jobsd.cli.common import Moment, load_settings, require_url
+from jobsd.cli.common import Moment, load_settings, require_url, run_as, token_option
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.models import Job, JobStatus
 
@@ -48,6 +48,7 @@ def jobs() -> None:
     help="Jobs shown at most.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
+@token_option
 @friendly_errors
 def jobs_list(
     status: str | None,
@@ -57,19 +58,23 @@ def jobs_list(
     since: datetime | None,
     limit: int,
     as_json: bool,
+    token: str | None,
 ) -> None:
-    """List jobs, newest first (every org's unless --org)."""
-    from jobsd.client import SyncClient
+    """List jobs, newest first (every org's unless --org; a token's org only)."""
+    from jobsd.ops import AsyncConn, Caller
+    from jobsd.ops.listing import Cursor, list_jobs
 
     if org_id is not None and not org_id:
         fail("--org must not be empty")
-    settings = load_settings()
-    require_url(settings)
-    found: list[Job] = []
-    with SyncClient(settings=settings) as client:
-        after = None
+    url = require_url(load_settings())
+
+    async def pages(conn: AsyncConn, caller: Caller) -> list[Job]:
+        found: list[Job] = []
+        after: Cursor | None = None
         while len(found) < limit:
-            page = client.list(
+            page = await list_jobs(
+                conn,
+                caller,
                 status=status,
                 type=type_,
                 queue=queue,
@@ -82,6 +87,9 @@ def jobs_list(
             if page.next is None:
                 break
             after = page.next
+        return found
+
+    found = run_as(url, token, "listing of jobs", pages, command="jobs")
     if as_json:
         for job in found:
             click.echo(json.dumps(_listed(job)))

@@ -15,10 +15,10 @@ __all__ = ["migrate"]
 @friendly_errors
 def migrate(database_url: str | None) -> None:
     """Apply pending schema migrations (safe to repeat and to run concurrently)."""
-    from jobsd.store.migrate import migrate_sync
+    from jobsd.cli.common import migrate
 
     settings = load_settings(database_url=database_url)
-    applied = migrate_sync(require_url(settings))
+    applied = migrate(require_url(settings))
     if applied:
         for name in applied:
             click.echo(f"applied {name}")

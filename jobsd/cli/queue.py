@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobsd.cli.common import database_url_option, on_named, operator_url, run_async
+from jobsd.cli.common import database_url_option, on_named, operator, operator_url, run_async
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.errors import UnknownQueue
 
 if TYPE_CHECKING:
     from jobsd.admin.queues import QueueInfo
-    from jobsd.store.db import AsyncConn
+    from jobsd.ops import AsyncConn
 
 __all__ = ["queue"]
 
@@ -258,9 +258,9 @@ def queue_list(as_json: bool, database_url: str | None) -> None:
 @on_named(queue, "pause", "name")
 def queue_pause(name: str, database_url: str | None) -> None:
     """Stop claims from queue NAME at once; running jobs finish. Idempotent."""
-    from jobsd.admin.queues import pause_queue
+    from jobsd.ops.queues import pause_queue
 
-    info = _change(database_url, "pause", name, pause_queue)
+    info = _change(database_url, "pause", name, lambda c, n: pause_queue(c, operator(), n))
     assert info.paused_at is not None
     since = info.paused_at.isoformat(timespec="seconds")
     click.echo(f"queue {info.name!r} paused since {since}: no new claims; running jobs finish")
@@ -269,9 +269,9 @@ def queue_pause(name: str, database_url: str | None) -> None:
 @on_named(queue, "resume", "name")
 def queue_resume(name: str, database_url: str | None) -> None:
     """Let daemons claim from queue NAME again, and wake them now. Idempotent."""
-    from jobsd.admin.queues import resume_queue
+    from jobsd.ops.queues import resume_queue
 
-    info = _change(database_url, "resume", name, resume_queue)
+    info = _change(database_url, "resume", name, lambda c, n: resume_queue(c, operator(), n))
     jobs = "job" if info.queued == 1 else "jobs"
     click.echo(f"queue {info.name!r} resumed: {info.queued} queued {jobs} to claim")
 

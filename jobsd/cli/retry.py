@@ -1,11 +1,11 @@
-"""``jobsd retry``: a new attempt of a failed or cancelled job."""
+"""``jobsd retry``: a failed or cancelled job runs again, as a new job."""
 
 from __future__ import annotations
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
-from jobsd.cli.errors import fail, friendly_errors
+from jobsd.cli.common import on_job, token_option
+from jobsd.cli.errors import friendly_errors
 
 __all__ = ["retry"]
 
@@ -17,24 +17,25 @@ __all__ = ["retry"]
     is_flag=True,
     help="Retry a job of an at_most_once type too (its last run may have had effects).",
 )
+@token_option
 @friendly_errors
-def retry(job_id: str, force: bool) -> None:
-    """Put a failed or cancelled job back in the queue for a new attempt.
+def retry(job_id: str, force: bool, token: str | None) -> None:
+    """Retry a failed or cancelled job: a new job, queued, with the same type, queue,
+    payload and priority.
 
-    The move is recorded in the job's history (reason 'retry', actor cli:USER);
-    attempts keep counting. A job that has not ended is left alone.
+    The failed or cancelled job stays as it ended; its history says which job retries
+    it. The new job is admitted like any enqueue (a full queue refuses it). Asking
+    again prints the same new job.
     """
-    import getpass
-    import uuid
+    from jobsd.ops.retry import retry_job
 
-    from jobsd.client import SyncClient
-
-    try:
-        parsed = uuid.UUID(job_id)
-    except ValueError:
-        fail(f"{job_id!r} is not a job id (a UUID)")
-    settings = load_settings()
-    require_url(settings)
-    with SyncClient(settings=settings) as client:
-        job = client.retry(parsed, force=force, actor=f"cli:{getpass.getuser()}")
-    click.echo(f"job {job.id} queued again (attempt {job.attempts + 1} next)")
+    retried = on_job(
+        job_id,
+        token,
+        "retry",
+        lambda conn, caller, key: retry_job(conn, caller, key, force=force),
+        command="retry",
+    )
+    parsed = retried.job.retry_of
+    again = "" if retried.created else " (retried before)"
+    click.echo(f"job {parsed} retried as job {retried.job.id}, {retried.job.status}{again}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobsd.cli.common import database_url_option, on_named, operator_url, run_async
+from jobsd.cli.common import database_url_option, on_named, operator, operator_url, run_async
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.errors import UnknownSchedule
 
@@ -69,9 +69,9 @@ def schedule() -> None:
 @friendly_errors
 def schedule_list(as_json: bool, database_url: str | None) -> None:
     """List the schedules: next tick, last tick with its job and state, counters."""
-    from jobsd.store.schedules import info
+    from jobsd.ops.schedules import list_schedules
 
-    infos = _run(database_url, "listing of the schedules", info)
+    infos = _run(database_url, "listing of the schedules", lambda c: list_schedules(c, operator()))
     now = datetime.now(UTC)
     if as_json:
         for item in infos:
@@ -86,25 +86,29 @@ def schedule_list(as_json: bool, database_url: str | None) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _switch(database_url: str | None, verb: str, schedule_id: str) -> ScheduleInfo:
+    """Pause or resume (``verb``) schedule ``schedule_id`` as the operator."""
+    from jobsd.ops import schedules
+
+    change = schedules.pause_schedule if verb == "pause" else schedules.resume_schedule
+    return _run(
+        database_url,
+        f"{verb} of schedule {schedule_id!r}",
+        lambda c: change(c, operator(), schedule_id),
+    )
+
+
 @on_named(schedule, "pause", "schedule_id", metavar="ID")
 def schedule_pause(schedule_id: str, database_url: str | None) -> None:
     """Stop schedule ID firing, for every daemon, until resumed. Idempotent."""
-    from jobsd.store.schedules import pause
-
-    found = _run(
-        database_url, f"pause of schedule {schedule_id!r}", lambda c: pause(c, schedule_id)
-    )
+    found = _switch(database_url, "pause", schedule_id)
     click.echo(f"schedule {found.id!r} paused since {_time(found.paused_at)}: no tick fires")
 
 
 @on_named(schedule, "resume", "schedule_id", metavar="ID")
 def schedule_resume(schedule_id: str, database_url: str | None) -> None:
     """Let schedule ID fire again from its next tick (missed ticks never fire). Idempotent."""
-    from jobsd.store.schedules import resume
-
-    found = _run(
-        database_url, f"resume of schedule {schedule_id!r}", lambda c: resume(c, schedule_id)
-    )
+    found = _switch(database_url, "resume", schedule_id)
     click.echo(
         f"schedule {found.id!r} resumed: next tick {_time(found.next_tick(datetime.now(UTC)))}"
     )

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
-from jobsd.cli.errors import fail, friendly_errors
+from jobsd.cli.common import on_job, token_option
+from jobsd.cli.errors import friendly_errors
 from jobsd.models import Job, JobEvent
 
 __all__ = ["status"]
@@ -17,22 +17,14 @@ __all__ = ["status"]
 @click.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the job and its history as JSON.")
+@token_option
 @friendly_errors
-def status(job_id: str, as_json: bool) -> None:
+def status(job_id: str, as_json: bool, token: str | None) -> None:
     """Show a job's state, progress, report, error and history."""
-    import uuid
+    from jobsd.ops.get import get_job
 
-    from jobsd.client import SyncClient
-
-    try:
-        uuid.UUID(job_id)
-    except ValueError:
-        fail(f"{job_id!r} is not a job id (a UUID)")
-    settings = load_settings()
-    require_url(settings)
-    with SyncClient(settings=settings) as client:
-        job = client.get(job_id)
-        events = client.events(job_id)
+    view = on_job(job_id, token, "read", get_job, command="status")
+    job, events = view.job, view.history
     if as_json:
         click.echo(
             json.dumps({**job.to_json(), "history": [e.to_json() for e in events]}, indent=2)
@@ -67,6 +59,10 @@ def _print_job(job: Job, events: list[JobEvent]) -> None:
         fields.append(("priority", str(job.priority)))
     if job.concurrency_key:
         fields.append(("key", job.concurrency_key))
+    if job.retry_of:
+        fields.append(("retry of", str(job.retry_of)))
+    if job.retried_as:
+        fields.append(("retried as", str(job.retried_as)))
     if job.progress:
         fields.append(("progress", json.dumps(job.progress)))
     if job.error:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.common import load_settings, operator, require_url
 from jobsd.cli.errors import fail, friendly_errors
 
 __all__ = ["token"]
@@ -29,8 +29,8 @@ def token() -> None:
 @friendly_errors
 def token_create(org_id: str | None, admin: bool, name: str | None) -> None:
     """Make a token and print it alone on stdout, once: only its hash is stored."""
-    from jobsd.http.tokens import create_token
-    from jobsd.store.connect import connect
+    from jobsd.cli.common import connect
+    from jobsd.ops.tokens import create_token
 
     if admin and org_id is not None:
         fail("an admin token belongs to no org: leave --org out (operators only)")
@@ -38,7 +38,7 @@ def token_create(org_id: str | None, admin: bool, name: str | None) -> None:
         fail("--org is required (and must not be empty), or --admin for an operator token")
     url = require_url(load_settings())
     with connect(url, application_name="jobsd-token", operation="token creation") as conn:
-        secret, info = create_token(conn, org_id, name, admin=admin)
+        secret, info = create_token(conn, operator(), org_id, name, admin=admin)
     click.echo(secret)
     whom = "for operators (no org)" if info.org_id is None else f"for org {info.org_id!r}"
     kind = "admin token" if info.admin else "token"
@@ -50,12 +50,12 @@ def token_create(org_id: str | None, admin: bool, name: str | None) -> None:
 @friendly_errors
 def token_revoke(token_or_id: str) -> None:
     """Revoke a token, given by its id (see `jobsd token list`) or by the token itself."""
-    from jobsd.http.tokens import revoke_token
-    from jobsd.store.connect import connect
+    from jobsd.cli.common import connect
+    from jobsd.ops.tokens import revoke_token
 
     url = require_url(load_settings())
     with connect(url, application_name="jobsd-token", operation="token revocation") as conn:
-        info = revoke_token(conn, token_or_id.strip())
+        info = revoke_token(conn, operator(), token_or_id.strip())
     if info is None:
         fail("no such token")
     whom = "of no org" if info.org_id is None else f"of org {info.org_id!r}"
@@ -68,12 +68,12 @@ def token_revoke(token_or_id: str) -> None:
 @friendly_errors
 def token_list(org_id: str | None, as_json: bool) -> None:
     """List tokens (id, org, name, first characters, created, revoked, admin); never secrets."""
-    from jobsd.http.tokens import list_tokens
-    from jobsd.store.connect import connect
+    from jobsd.cli.common import connect
+    from jobsd.ops.tokens import list_tokens
 
     url = require_url(load_settings())
     with connect(url, application_name="jobsd-token", operation="token listing") as conn:
-        infos = list_tokens(conn, org_id)
+        infos = list_tokens(conn, operator(), org_id)
     for info in infos:
         if as_json:
             click.echo(

@@ -1,6 +1,7 @@
 """``jobsd top``: a live view of the queues, the daemons and the recent failures.
 
-It reads what the dashboard's overview reads (``jobsd.http.ui.views``, ``store.ui``),
+It reads what the dashboard's overview reads (``jobsd.ops.overview``, shaped by
+``jobsd.http.ui.views``),
 for every org, and redraws every ``--interval`` until Ctrl-C. While the database is
 away it says so and keeps trying.
 """
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.common import load_settings, operator, require_url
 from jobsd.cli.errors import friendly_errors
 from jobsd.settings import parse_duration
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from jobsd.http.ui.views import QueueRow
-    from jobsd.store.db import AsyncConn
+    from jobsd.ops import AsyncConn
 
 __all__ = ["top"]
 
@@ -53,13 +54,10 @@ def _sparkline(row: QueueRow) -> str:
 
 async def _snapshot(conn: AsyncConn) -> dict[str, Any]:
     from jobsd.http.ui import views
-    from jobsd.store import ui as store
+    from jobsd.ops.overview import read_overview
 
-    return {
-        "queues": await views.queue_rows(conn, None),
-        "workers": await store.workers(conn),
-        "failures": await store.recent_failures(conn, None, limit=8),
-    }
+    seen = await read_overview(conn, operator(), minutes=views.CHART_MINUTES, failures=8)
+    return {"queues": views.queue_rows(seen), "workers": seen.workers, "failures": seen.failures}
 
 
 def _table(title: str) -> Any:
@@ -175,8 +173,8 @@ def top(interval: str, once: bool) -> None:
     from rich.console import Console
     from rich.live import Live
 
+    from jobsd.cli.common import open_connection_async
     from jobsd.errors import BackendUnavailable
-    from jobsd.store.connect import open_connection_async
 
     try:
         every_s = parse_duration(interval)

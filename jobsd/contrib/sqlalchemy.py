@@ -106,6 +106,8 @@ jobs = Table(
     Column("trace_context", JSONB),
     # queued and reserved by a daemon ahead of its free slots until then (migration 0022)
     Column("reserved_until", _TIMESTAMPTZ),
+    # the failed or cancelled job this one retries (migration 0025; at most one retry each)
+    Column("retry_of", UUID(as_uuid=True)),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint(
         "concurrency_key <> '' AND octet_length(concurrency_key) <= 255",
@@ -164,6 +166,13 @@ Index("jobs_failed_idx", jobs.c.finished_at, postgresql_where=jobs.c.status == "
 # the dashboard's newest-first list and its hour of throughput (migration 0017)
 Index("jobs_created_idx", jobs.c.created_at, jobs.c.id)
 Index("jobs_finished_idx", jobs.c.finished_at, postgresql_where=jobs.c.finished_at.isnot(None))
+# 0025_retry_new_job: one retry per job, and a retried job's link to it
+Index(
+    "jobs_retry_of_key",
+    jobs.c.retry_of,
+    unique=True,
+    postgresql_where=jobs.c.retry_of.isnot(None),
+)
 
 job_events = Table(
     "job_events",

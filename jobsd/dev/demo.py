@@ -63,23 +63,27 @@ def dashboard_url(addr: str) -> str:
 
 def dashboard_token(url: str) -> str:
     """Create an admin token of org ``demo`` to log in to the dashboard; return it."""
-    from jobsd.http.tokens import create_token
+    from jobsd.ops import Caller
+    from jobsd.ops.tokens import create_token
     from jobsd.store.connect import connect
 
     with connect(url, application_name="jobsd-dev", operation="dashboard token") as conn:
-        token, _ = create_token(conn, None, "jobsd dev dashboard", admin=True)
+        token, _ = create_token(
+            conn, Caller.as_operator("dev"), None, "jobsd dev dashboard", admin=True
+        )
     return token
 
 
 def revoke_dashboard_token(url: str, token: str) -> None:
     """Revoke the run's token (best effort: the database may be gone already)."""
     from jobsd.errors import JobsdError
-    from jobsd.http.tokens import revoke_token
+    from jobsd.ops import Caller
+    from jobsd.ops.tokens import revoke_token
     from jobsd.store.connect import connect
 
     try:
         with connect(url, application_name="jobsd-dev", operation="dashboard token") as conn:
-            revoke_token(conn, token)
+            revoke_token(conn, Caller.as_operator("dev"), token)
     except JobsdError as exc:
         log.warning("dev.token_not_revoked", extra={"error": str(exc)})
 

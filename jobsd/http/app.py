@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobsd.http.auth import bearer_admin, bearer_org
+from jobsd.http.auth import bearer_admin, bearer_caller, caller_of_org
 from jobsd.http.backend import ApiBackend
 from jobsd.http.bodylimit import BodyLimitMiddleware
 from jobsd.http.health import health_router
@@ -78,7 +78,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.include_router(
-        jobs_router(backend, bearer_org(backend), with_lifespan=False), responses=responses(401)
+        jobs_router(backend, bearer_caller(backend), with_lifespan=False), responses=responses(401)
     )
     app.include_router(queues_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(schedules_router(backend, bearer_admin(backend)), responses=responses(401))
@@ -108,4 +108,4 @@ def router(
     ``max_body_size``, or ``jobsd.http.BodyLimitMiddleware``).
     """
     backend = ApiBackend(settings, http)
-    return jobs_router(backend, org_dependency, with_lifespan=True)
+    return jobs_router(backend, caller_of_org(org_dependency), with_lifespan=True)

@@ -4,17 +4,20 @@
 # dependencies at runtime, and `resolve` is local to the function that makes them.
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from jobsd.http import tokens
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import problem, store_errors
-from jobsd.store.tokens import find_token
+from jobsd.ops import Act, Caller, may, tokens
+from jobsd.ops.tokens import find_token
 
-__all__ = ["TOKEN_ID_STATE", "bearer_admin", "bearer_org"]
+__all__ = ["API_ACTOR", "TOKEN_ID_STATE", "bearer_admin", "bearer_caller", "caller_of_org"]
+
+# the actor recorded in job histories for changes made through the API
+API_ACTOR = "api"
 
 # request.state attribute holding the id of the request's token (the rate-limit key)
 TOKEN_ID_STATE = "jobsd_token_id"
@@ -55,25 +58,30 @@ def _resolver(backend: ApiBackend) -> Callable[..., Awaitable[tokens.TokenGrant]
     return grant_from_token
 
 
-def bearer_org(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
-    """Return a dependency that resolves the request's bearer token to its org id (else 401).
+def bearer_caller(backend: ApiBackend) -> Callable[..., Awaitable[Caller]]:
+    """Return a dependency that resolves the request's bearer token to its ``Caller``
+    (else 401): an org's, whatever its admin flag, or an operator's (an admin token of
+    no org).
 
     It also leaves the token's id in ``request.state`` (``TOKEN_ID_STATE``): the
-    submission rate is limited per token.
+    submission and read rates are limited per token.
     """
     resolve = _resolver(backend)
 
-    async def org_from_token(grant: Annotated[tokens.TokenGrant, Depends(resolve)]) -> str:
-        if grant.org_id is None:
-            raise problem(
-                403,
-                "org_required",
-                "an operator token acts for no org: use a token made by "
-                "`jobsd token create --org ORG` for jobs",
-            )
-        return grant.org_id
+    async def caller_from_token(grant: Annotated[tokens.TokenGrant, Depends(resolve)]) -> Caller:
+        return Caller.of_grant(grant, API_ACTOR)
 
-    return org_from_token
+    return caller_from_token
+
+
+def caller_of_org(org_dependency: Callable[..., Any]) -> Callable[..., Awaitable[Caller]]:
+    """Return a dependency that makes the ``Caller`` of the org a host application's
+    ``org_dependency`` returns (a non-empty str)."""
+
+    async def caller_for_org(org_id: Annotated[str, Depends(org_dependency)]) -> Caller:
+        return Caller.for_org(org_id, API_ACTOR)
+
+    return caller_for_org
 
 
 def bearer_admin(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
@@ -86,13 +94,14 @@ def bearer_admin(backend: ApiBackend) -> Callable[..., Awaitable[str]]:
     resolve = _resolver(backend)
 
     async def admin_from_token(grant: Annotated[tokens.TokenGrant, Depends(resolve)]) -> str:
-        if not grant.operator:
+        caller = Caller.of_grant(grant, f"token:{grant.id}")
+        if not may(caller, Act.ADMINISTER_QUEUES):
             raise problem(
                 403,
                 "admin_required",
                 "this token may not administer queues: use an operator token, made by "
                 "`jobsd token create --admin`",
             )
-        return f"token:{grant.id}"
+        return caller.actor
 
     return admin_from_token

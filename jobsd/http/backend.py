@@ -130,6 +130,16 @@ class ApiBackend:
         """
         return await enqueue_on_pool(self.pool, spec, org_scoped=True)
 
+    def submission_wait(self, key: str) -> int | None:
+        """Take one submission from ``key``'s bucket (``JOBSD_SUBMIT_RATE``): None when
+        it passes, else the seconds to wait (Retry-After). A job submitted and a retry
+        count alike, through the API and the dashboard."""
+        limiter = self.submit_limiter
+        if limiter is None:
+            return None
+        wait_s = limiter.take(key)
+        return limiter.retry_after_s(wait_s) if wait_s > 0 else None
+
     async def read(
         self,
         operation: str,
@@ -144,16 +154,26 @@ class ApiBackend:
         connection came at all (the pool timed out: the database is down), the answer
         is given at once rather than after a second wait.
         """
+        return await self._run(operation, lambda conn: fn(conn, *args, **kwargs), repeat=True)
+
+    async def once(self, operation: str, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        """Run ``fn(conn)`` on a pooled connection, once: for a change that must not be
+        repeated blindly after a dropped connection (create, drop)."""
+        return await self._run(operation, fn, repeat=False)
+
+    async def _run(
+        self, operation: str, work: Callable[[AsyncConn], Awaitable[T]], *, repeat: bool
+    ) -> T:
         connected = False
         try:
             async with acquire(self.pool, operation) as conn:
                 connected = True
-                return await fn(conn, *args, **kwargs)
+                return await work(conn)
         except BackendUnavailable:
-            if not connected:
+            if not (repeat and connected):
                 raise
             async with acquire(self.pool, operation) as conn:
-                return await fn(conn, *args, **kwargs)
+                return await work(conn)
 
     async def probe_read(
         self,

@@ -26,7 +26,19 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobsd.errors import BackendUnavailable, DatabaseError, OutcomeUnknown
+from jobsd.errors import (
+    BackendUnavailable,
+    CancelRefused,
+    DatabaseError,
+    Forbidden,
+    JobNotFound,
+    OrgQuotaExceeded,
+    OutcomeUnknown,
+    QueueFull,
+    ResolveRefused,
+    RetryRefused,
+    UnknownQueue,
+)
 from jobsd.http.schemas import ErrorOut
 
 __all__ = [
@@ -41,6 +53,8 @@ __all__ = [
     "new_correlation_id",
     "problem",
     "rate_limited",
+    "refusal",
+    "refused",
     "responses",
     "store_errors",
     "validation_error_handler",
@@ -63,6 +77,42 @@ _DESCRIPTIONS = {
     503: "The database is unavailable: nothing was done (or, with code outcome_unknown, "
     "retry with the same id).",
 }
+
+
+# Every refusal of jobsd.ops as an HTTP answer, the one table: the first row whose
+# type matches (a subclass before its base) gives the status and the code. The API
+# answers with it, the dashboard shows its status on an error page.
+_REFUSALS: tuple[tuple[type[Exception], int, Any], ...] = (
+    (JobNotFound, 404, "job_not_found"),
+    (UnknownQueue, 404, "queue_not_found"),
+    (Forbidden, 403, "admin_required"),
+    (CancelRefused, 409, lambda e: f"job_{e.why}"),
+    (RetryRefused, 409, lambda e: f"job_{e.why}"),
+    (ResolveRefused, 409, "job_not_recovery_required"),
+    (OrgQuotaExceeded, 429, "org_quota"),
+    (QueueFull, 429, "queue_full"),
+)
+
+
+def refusal(exc: Exception) -> tuple[int, str] | None:
+    """Return the HTTP status and code of an operation's refusal, or None when ``exc``
+    is not one."""
+    for kind, status, code in _REFUSALS:
+        if isinstance(exc, kind):
+            return status, code(exc) if callable(code) else code
+    return None
+
+
+def refused(exc: Exception) -> HTTPException:
+    """Answer an operation's refusal (``refusal``); a full queue or org quota carries
+    Retry-After. Anything else is a bug: re-raise it."""
+    found = refusal(exc)
+    if found is None:
+        raise exc
+    status, code = found
+    headers = {"Retry-After": str(QUEUE_FULL_RETRY_S)} if status == 429 else None
+    message = f"queue {exc.queue!r} not found" if isinstance(exc, UnknownQueue) else str(exc)
+    return problem(status, code, message, headers=headers)
 
 
 def endpoint_name(route: APIRoute) -> str:

@@ -23,7 +23,8 @@ from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import endpoint_name, problem, responses, store_errors
 from jobsd.http.schemas import QUEUE_PATTERN, ErrorOut, Problem, QueueName
-from jobsd.store.db import AsyncConn, acquire
+from jobsd.ops import AsyncConn, Caller
+from jobsd.ops import queues as queue_ops
 
 __all__ = [
     "QueueDepth",
@@ -193,8 +194,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
             with store_errors(operation):
                 if repeatable:
                     return await backend.read(operation, work)
-                async with acquire(backend.pool, operation) as conn:
-                    return await work(conn)
+                return await backend.once(operation, work)
         except UnknownQueue as exc:
             if queue is None:
                 raise
@@ -284,7 +284,7 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
 
     def switch(
         action: str,
-        change: Callable[[AsyncConn, str], Awaitable[queues.QueueInfo]],
+        change: Callable[[AsyncConn, Caller, str], Awaitable[queues.QueueInfo]],
         summary: str,
         description: str,
     ) -> None:
@@ -298,22 +298,23 @@ def queues_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) -> 
             description=description,
         )
         async def endpoint(name: QueuePath, actor: Admin, request: Request) -> QueueOut:
+            caller = Caller.as_operator(actor)  # the admin dependency admitted an operator
             info = await run(
-                f"{action} of queue {name!r}", lambda c: change(c, name), queue=name, actor=actor
+                f"{action} of queue {name!r}", lambda c: change(c, caller, name), queue=name
             )
             audit(f"api.queue_{action}d", name, actor, request)
             return QueueOut.from_info(info)
 
     switch(
         "pause",
-        queues.pause_queue,
+        queue_ops.pause_queue,
         summary="Pause a queue",
         description="No job of the queue is claimed from now on; running jobs finish. "
         "Pausing a paused queue keeps its first paused_at.",
     )
     switch(
         "resume",
-        queues.resume_queue,
+        queue_ops.resume_queue,
         summary="Resume a queue",
         description="Daemons claim from the queue again, woken at once by a notification. "
         "Resuming a queue that is not paused changes nothing.",

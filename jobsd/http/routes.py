@@ -1,8 +1,10 @@
-"""The jobs endpoints: submit, read (and long-poll), list, cancel, retry; every one scoped
-by org.
+"""The jobs endpoints: submit, read (and long-poll), list, cancel, retry, resolve; every
+one scoped by org.
 
 The org comes from a dependency: the bearer token in jobsd's own app, or whatever the
 host application already knows when it mounts ``jobsd.http.router(org_dependency=...)``.
+Every operation on an existing job is ``jobsd.ops``'s, called as that org's caller;
+its refusals become answers through one table (``problems.refused``).
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the annotations of the
@@ -14,14 +16,14 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, assert_never
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import AfterValidator
 
 from jobsd.errors import (
     BackendUnavailable,
+    CancelRefused,
     DatabaseError,
     DuplicateJob,
     InvalidPayload,
@@ -29,6 +31,7 @@ from jobsd.errors import (
     OrgQuotaExceeded,
     PayloadTooLarge,
     QueueFull,
+    ResolveRefused,
     RetryRefused,
     UnknownDependency,
     UnknownQueue,
@@ -36,39 +39,45 @@ from jobsd.errors import (
 from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import (
-    QUEUE_FULL_RETRY_S,
     database_error,
     db_unavailable,
     endpoint_name,
     field_error,
     problem,
     rate_limited,
+    refused,
     responses,
     store_errors,
 )
 from jobsd.http.schemas import (
-    QUEUE_PATTERN,
+    CursorText,
     JobDetail,
     JobIn,
     JobOut,
     JobPage,
     JobSummary,
-    pg_text,
+    QueueFilter,
+    ResolveIn,
+    TypeFilter,
 )
 from jobsd.http.settings import HttpSettings
 from jobsd.ids import uuid7
 from jobsd.jobspec import JobSpec
 from jobsd.models import JobStatus
-from jobsd.store import api, jobs_ops, queries
-from jobsd.store.db import acquire
+from jobsd.ops import Caller
+from jobsd.ops.cancel import cancel_job as cancel_op
+from jobsd.ops.get import get_job as get_op
+from jobsd.ops.get import job_status
+from jobsd.ops.listing import Cursor
+from jobsd.ops.listing import list_jobs as list_op
+from jobsd.ops.resolve import resolve_job as resolve_op
+from jobsd.ops.retry import retry_job as retry_op
 
 __all__ = ["decode_cursor", "encode_cursor", "jobs_router"]
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 200
-# the actor recorded in job_events for changes made through the API
-API_ACTOR = "api"
 
 
 def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
@@ -77,7 +86,7 @@ def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def decode_cursor(cursor: str) -> api.Cursor:
+def decode_cursor(cursor: str) -> Cursor:
     """Read a cursor made by ``encode_cursor``; raise ValueError for anything else."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
@@ -85,15 +94,17 @@ def decode_cursor(cursor: str) -> api.Cursor:
         created_at = datetime.fromisoformat(when)
         if created_at.tzinfo is None:
             raise ValueError("naive time")
-        return api.Cursor(created_at, uuid.UUID(job_id))
+        return Cursor(created_at, uuid.UUID(job_id))
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise ValueError("invalid cursor: pass next_cursor from the previous page") from exc
 
 
 def jobs_router(
-    backend: ApiBackend, org_dependency: Callable[..., Any], *, with_lifespan: bool
+    backend: ApiBackend, caller_dependency: Callable[..., Any], *, with_lifespan: bool
 ) -> APIRouter:
-    """Build the jobs endpoints on ``backend``; ``org_dependency`` returns the caller's org id.
+    """Build the jobs endpoints on ``backend``; ``caller_dependency`` returns the ``Caller``:
+    an org's (an org's token, or the host application's org), or an operator's (an
+    operator token: every org's jobs, and no submission, which needs an org).
 
     With ``with_lifespan`` the router carries the backend's lifespan, which FastAPI
     merges into the lifespan of the app that includes it.
@@ -103,7 +114,7 @@ def jobs_router(
         lifespan=backend.lifespan if with_lifespan else None,
         generate_unique_id_function=endpoint_name,
     )
-    Org = Annotated[str, Depends(org_dependency)]
+    Who = Annotated[Caller, Depends(caller_dependency)]
 
     @router.post(
         "/jobs",
@@ -117,17 +128,11 @@ def jobs_router(
         "and nothing is written; into a queue holding its capacity of open jobs: 429 "
         "with code queue_full, and nothing is written.",
     )
-    async def submit_job(body: JobIn, org_id: Org, request: Request, response: Response) -> JobOut:
+    async def submit_job(body: JobIn, caller: Who, request: Request, response: Response) -> JobOut:
+        org_id = _org_of(caller)
         job_id = body.id or uuid7()
         _check_fair(body, backend.http)
-        limiter = backend.submit_limiter
-        if limiter is not None:
-            token_id = getattr(request.state, TOKEN_ID_STATE, None)
-            key = f"token:{token_id}" if token_id is not None else f"org:{org_id}"
-            wait_s = limiter.take(key)
-            if wait_s > 0:
-                log.info("api.rate_limited", extra={"key": key, "org_id": org_id})
-                raise rate_limited(limiter.rate.text, limiter.retry_after_s(wait_s))
+        _limit_submissions(backend, request, caller)
         try:
             spec = JobSpec.build(
                 body.type,
@@ -146,16 +151,10 @@ def jobs_router(
             ) from exc
         try:
             job = await backend.submit(spec)
-        except OrgQuotaExceeded as exc:
-            log.info("api.org_quota", extra={"queue": exc.queue, "org_id": org_id})
-            raise problem(
-                429, "org_quota", str(exc), headers={"Retry-After": str(QUEUE_FULL_RETRY_S)}
-            ) from exc
         except QueueFull as exc:
-            log.info("api.queue_full", extra={"queue": exc.queue, "org_id": org_id})
-            raise problem(
-                429, "queue_full", str(exc), headers={"Retry-After": str(QUEUE_FULL_RETRY_S)}
-            ) from exc
+            event = "api.org_quota" if isinstance(exc, OrgQuotaExceeded) else "api.queue_full"
+            log.info(event, extra={"queue": exc.queue, "org_id": org_id})
+            raise refused(exc) from exc
         except UnknownDependency as exc:
             raise field_error(
                 ("body", "depends_on"), str(exc), "unknown_dependency", exc.job_ids
@@ -187,23 +186,17 @@ def jobs_router(
         "Items leave out payload and report (read them with GET /jobs/{job_id}).",
     )
     async def list_jobs(
-        org_id: Org,
+        caller: Who,
         request: Request,
         status: Annotated[JobStatus | None, Query(description="Only this state.")] = None,
-        type: Annotated[
-            str | None,
-            Query(max_length=200, description="Only this type."),
-            AfterValidator(pg_text),
-        ] = None,
-        queue: Annotated[
-            str | None, Query(pattern=QUEUE_PATTERN, description="Only this queue.")
-        ] = None,
+        type: Annotated[TypeFilter | None, Query(description="Only this type.")] = None,
+        queue: Annotated[QueueFilter | None, Query(description="Only this queue.")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 50,
         cursor: Annotated[
-            str | None, Query(max_length=200, description="`next_cursor` of the previous page.")
+            CursorText | None, Query(description="`next_cursor` of the previous page.")
         ] = None,
     ) -> JobPage:
-        _limit_reads(backend, request, org_id)
+        _limit_reads(backend, request, caller)
         after = None
         if cursor is not None:
             try:
@@ -211,19 +204,15 @@ def jobs_router(
             except ValueError as exc:
                 raise field_error(("query", "cursor"), str(exc), "invalid_cursor", cursor) from exc
         with store_errors("job listing"):
-            rows = await backend.read(
+            page = await backend.read(
                 "job listing",
-                api.list_job_rows,
-                org_id,
-                after=after,
-                status=status,
-                type=type,
-                queue=queue,
-                limit=limit + 1,
+                lambda conn: list_op(
+                    conn, caller, after=after, status=status, type=type, queue=queue, limit=limit
+                ),
             )
-        jobs = [JobSummary.from_row(r) for r in rows[:limit]]
-        more = len(rows) > limit
-        next_cursor = encode_cursor(jobs[-1].created_at, jobs[-1].id) if more else None
+        jobs = [JobSummary.from_job(j) for j in page.jobs]
+        more = page.next
+        next_cursor = encode_cursor(more.created_at, more.id) if more else None
         return JobPage(jobs=jobs, next_cursor=next_cursor)
 
     @router.get(
@@ -239,30 +228,32 @@ def jobs_router(
     )
     async def get_job(
         job_id: uuid.UUID,
-        org_id: Org,
+        caller: Who,
         request: Request,
         wait: Annotated[
             float | None,
             Query(ge=0, allow_inf_nan=False, description="Long-poll for up to this many seconds."),
         ] = None,
     ) -> JobDetail:
-        key = _limit_reads(backend, request, org_id)
-        with store_errors(f"read of job {job_id}"):
-            if wait:
-                with backend.longpolls.hold(key) as admitted:
-                    if not admitted:
-                        raise _too_many_waits(backend)
-                    timeout_s = min(wait, backend.http.longpoll_max)
-                    await _wait_terminal(backend, job_id, org_id, timeout_s)
-                    async with backend.longpoll_reads:
-                        row = await backend.read(
-                            f"read of job {job_id}", api.get_job_row, job_id, org_id
-                        )
-            else:
-                row = await backend.read(f"read of job {job_id}", api.get_job_row, job_id, org_id)
-        if row is None:
-            raise _not_found(job_id)
-        return JobDetail.from_row(row)
+        key = _limit_reads(backend, request, caller)
+        operation = f"read of job {job_id}"
+        try:
+            with store_errors(operation):
+                if wait:
+                    with backend.longpolls.hold(key) as admitted:
+                        if not admitted:
+                            raise _too_many_waits(backend)
+                        timeout_s = min(wait, backend.http.longpoll_max)
+                        await _wait_terminal(backend, job_id, caller, timeout_s)
+                        async with backend.longpoll_reads:
+                            view = await backend.read(
+                                operation, lambda conn: get_op(conn, caller, job_id)
+                            )
+                else:
+                    view = await backend.read(operation, lambda conn: get_op(conn, caller, job_id))
+        except JobNotFound as exc:
+            raise refused(exc) from None
+        return JobDetail.from_view(view)
 
     @router.post(
         "/jobs/{job_id}/cancel",
@@ -281,92 +272,125 @@ def jobs_router(
         "heartbeat and the job becomes cancelled, unless it finishes first. A finished "
         "job, or one awaiting recovery: 409.",
     )
-    async def cancel_job(job_id: uuid.UUID, org_id: Org, response: Response) -> JobOut:
-        with store_errors(f"cancel of job {job_id}"):
-            result = await backend.read(
-                f"cancel of job {job_id}",
-                queries.cancel_job,
-                job_id,
-                actor=API_ACTOR,
-                reason="cancelled by API",
-                org_id=org_id,
-            )
-        job = result.job
-        if job is None:
-            raise _not_found(job_id)
-        if result.action == "cancelled":
-            log.info("api.cancelled", extra={"job_id": job_id, "org_id": org_id})
-        status = job.status
-        match status:
-            case JobStatus.CANCELLED:
-                return JobOut.from_job(job)
-            case JobStatus.RUNNING:
-                if result.action == "requested":
-                    log.info("api.cancel_requested", extra={"job_id": job_id, "org_id": org_id})
-                response.status_code = 202
-                return JobOut.from_job(job)
-            case JobStatus.SUCCEEDED | JobStatus.FAILED:
-                raise problem(409, "job_finished", f"the job has already {status}")
-            case JobStatus.RECOVERY_REQUIRED:
-                raise problem(
-                    409,
-                    "job_recovery_required",
-                    "the job awaits an operator's decision (jobsd resolve), not a cancel",
+    async def cancel_job(job_id: uuid.UUID, caller: Who, response: Response) -> JobOut:
+        try:
+            with store_errors(f"cancel of job {job_id}"):
+                done = await backend.read(
+                    f"cancel of job {job_id}",
+                    lambda conn: cancel_op(conn, caller, job_id, reason="cancelled by API"),
                 )
-            case JobStatus.QUEUED | JobStatus.SCHEDULED | JobStatus.BLOCKED:
-                # it changed state while we looked: the caller may simply retry
-                raise problem(409, "job_changed", "the job changed state meanwhile: retry")
-            case _:
-                assert_never(status)
+        except (JobNotFound, CancelRefused) as exc:
+            raise refused(exc) from None
+        if done.changed:
+            log.info(f"api.cancel_{done.action}", extra={"job_id": job_id, "org_id": caller.org_id})
+        if done.action == "requested":
+            response.status_code = 202
+        return JobOut.from_job(done.job)
 
     @router.post(
         "/jobs/{job_id}/retry",
-        responses=responses(404, 409, 503),
-        summary="Retry a failed or cancelled job",
-        description="A failed or cancelled job gets a new attempt of the same job: it is "
-        "queued again (200, the job as it is now), recorded in its history (reason "
-        "`retry`); attempts keep counting. 409 when the job has not ended "
+        summary="Retry a failed or cancelled job, as a new job",
+        status_code=202,
+        responses=responses(404, 409, 429, 503),
+        description="A failed or cancelled job is retried as a new job of the same type, "
+        "queue, payload and priority (202, the new job, with Location; its `retry_of` names "
+        "the retried job, whose `retried_as` names it from then on). The retried job stays "
+        "as it ended. The new job is admitted like a submission: over the token's "
+        "submission rate, into a full queue (`queue_full`) or past the org's quota "
+        "(`org_quota`): 429 with Retry-After, and nothing is written. A job is retried "
+        "once: asking again answers the same new job. 409 when the job has not ended "
         "(`job_not_ended`), when its type is `at_most_once` and `force` is not set "
         "(`job_at_most_once`: its last run may have had effects), or when a job it "
         "depends on has not succeeded (`job_dependency`).",
     )
     async def retry_job(
         job_id: uuid.UUID,
-        org_id: Org,
+        caller: Who,
+        request: Request,
+        response: Response,
         force: Annotated[bool, Query(description="Retry an at_most_once job too.")] = False,
     ) -> JobOut:
+        _limit_submissions(backend, request, caller)
         operation = f"retry of job {job_id}"
         try:
             with store_errors(operation):
-                # not backend.read: a retry is not repeated after a dropped connection
-                async with acquire(backend.pool, operation) as conn:
-                    job = await jobs_ops.retry_job(
-                        conn, job_id, actor=API_ACTOR, force=force, org_id=org_id
-                    )
-        except JobNotFound:
-            raise _not_found(job_id) from None
-        except RetryRefused as exc:
-            raise problem(409, f"job_{exc.why}", str(exc)) from None
-        log.info("api.retried", extra={"job_id": job_id, "org_id": org_id, "force": force})
+                # repeated once after a dropped connection like a read: a job is
+                # retried once, so a second try answers the retry the first one made
+                retried = await backend.read(
+                    operation, lambda conn: retry_op(conn, caller, job_id, force=force)
+                )
+        except (JobNotFound, RetryRefused, QueueFull) as exc:
+            if isinstance(exc, QueueFull):
+                log.info("api.retry_refused", extra={"job_id": job_id, "org_id": caller.org_id})
+            raise refused(exc) from None
+        if retried.created:
+            log.info("api.retried", extra={"job_id": job_id, "org_id": caller.org_id})
+        response.headers["Location"] = str(request.url_for("get_job", job_id=str(retried.job.id)))
+        return JobOut.from_job(retried.job)
+
+    @router.post(
+        "/jobs/{job_id}/resolve",
+        responses=responses(404, 409, 503),
+        summary="Settle a job awaiting recovery",
+        description="A `recovery_required` job (its outcome was unknown) is settled: "
+        "`succeeded` (the work was done), `failed` (it was not) or `requeue` (run it "
+        "again). 200, the job as written; recorded in its history. 409 "
+        "`job_not_recovery_required` for a job in any other state.",
+    )
+    async def resolve_job(job_id: uuid.UUID, body: ResolveIn, caller: Who) -> JobOut:
+        operation = f"resolve of job {job_id}"
+        try:
+            with store_errors(operation):
+                job = await backend.read(
+                    operation, lambda conn: resolve_op(conn, caller, job_id, body.outcome)
+                )
+        except (JobNotFound, ResolveRefused) as exc:
+            raise refused(exc) from None
+        log.info("api.resolved", extra={"job_id": job_id, "org_id": caller.org_id})
         return JobOut.from_job(job)
 
     return router
 
 
-def _client_key(request: Request, org_id: str) -> str:
+def _org_of(caller: Caller) -> str:
+    """Return the org a submission is for; 403 for an operator, who acts for none."""
+    if caller.org_id is None:
+        raise problem(
+            403,
+            "org_required",
+            "an operator token acts for no org: use a token made by "
+            "`jobsd token create --org ORG` to submit jobs",
+        )
+    return caller.org_id
+
+
+def _client_key(request: Request, caller: Caller) -> str:
     """Return the key limits count by: the request's token, else its org."""
     token_id = getattr(request.state, TOKEN_ID_STATE, None)
-    return f"token:{token_id}" if token_id is not None else f"org:{org_id}"
+    if token_id is not None:
+        return f"token:{token_id}"
+    return f"org:{caller.org_id}" if caller.org_id is not None else "operator"
 
 
-def _limit_reads(backend: ApiBackend, request: Request, org_id: str) -> str:
+def _limit_submissions(backend: ApiBackend, request: Request, caller: Caller) -> None:
+    """Take one submission from the token's bucket (429 when empty): a submitted job
+    and a retry count alike."""
+    key = _client_key(request, caller)
+    retry_s = backend.submission_wait(key)
+    if retry_s is not None:
+        assert backend.submit_limiter is not None
+        log.info("api.rate_limited", extra={"key": key, "org_id": caller.org_id})
+        raise rate_limited(backend.submit_limiter.rate.text, retry_s)
+
+
+def _limit_reads(backend: ApiBackend, request: Request, caller: Caller) -> str:
     """Take one read from the token's bucket (429 when empty); return the token's key."""
-    key = _client_key(request, org_id)
+    key = _client_key(request, caller)
     limiter = backend.read_limiter
     if limiter is not None:
         wait_s = limiter.take(key)
         if wait_s > 0:
-            log.info("api.read_rate_limited", extra={"key": key, "org_id": org_id})
+            log.info("api.read_rate_limited", extra={"key": key, "org_id": caller.org_id})
             retry_s = limiter.retry_after_s(wait_s)
             raise problem(
                 429,
@@ -389,12 +413,8 @@ def _too_many_waits(backend: ApiBackend) -> Exception:
     )
 
 
-def _not_found(job_id: uuid.UUID) -> Exception:
-    return problem(404, "job_not_found", f"job {job_id} not found")
-
-
 async def _wait_terminal(
-    backend: ApiBackend, job_id: uuid.UUID, org_id: str, timeout_s: float
+    backend: ApiBackend, job_id: uuid.UUID, caller: Caller, timeout_s: float
 ) -> None:
     """Return when the job is terminal, missing, or ``timeout_s`` has passed.
 
@@ -407,7 +427,7 @@ async def _wait_terminal(
         while True:
             async with backend.longpoll_reads:
                 status = await backend.read(
-                    f"status of job {job_id}", api.job_status, job_id, org_id
+                    f"status of job {job_id}", lambda conn: job_status(conn, caller, job_id)
                 )
             if status is None or status.terminal:
                 return

@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import endpoint_name, responses, store_errors
 from jobsd.http.schemas import ErrorOut
-from jobsd.store import schedules
+from jobsd.ops import Caller
+from jobsd.ops.schedules import list_schedules as list_op
 
 __all__ = ["ScheduleList", "ScheduleOut", "schedules_router"]
 
@@ -75,10 +76,11 @@ def schedules_router(backend: ApiBackend, admin_dependency: Callable[..., Any]) 
         description="Every schedule declared by a daemon, with its next tick, its last tick, "
         "that tick's job and state, and its counters.",
     )
-    async def list_schedules(org_id: Admin) -> ScheduleList:
+    async def list_schedules(actor: Admin) -> ScheduleList:
         operation = "listing of the schedules"
+        caller = Caller.as_operator(actor)  # the admin dependency admitted an operator
         with store_errors(operation):
-            infos = await backend.read(operation, schedules.info)
+            infos = await backend.read(operation, lambda conn: list_op(conn, caller))
         now = datetime.now(UTC)
         return ScheduleList(schedules=[ScheduleOut(**i.to_json(now)) for i in infos])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, Self, cast
 
 from pydantic import (
     AfterValidator,
@@ -18,26 +18,33 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
     field_validator,
     model_validator,
 )
 
 from jobsd.jobspec import EnqueueOptions
-from jobsd.models import QUEUE_NAME_PATTERN, Job, JobStatus, last_progress_at, silence_s
+from jobsd.models import QUEUE_NAME_PATTERN, Job, JobStatus, JobView, last_progress_at, silence_s
 
 __all__ = [
     "QUEUE_PATTERN",
+    "CursorText",
     "ErrorOut",
     "HealthReport",
     "HistoryItem",
     "JobDetail",
+    "JobFilters",
     "JobIn",
     "JobOut",
     "JobPage",
     "JobSummary",
     "Liveness",
+    "OrgFilter",
     "Problem",
+    "QueueFilter",
     "Readiness",
+    "TypeFilter",
+    "check_job_filters",
     "pg_text",
 ]
 
@@ -62,6 +69,51 @@ QueueName = Annotated[str, StringConstraints(pattern=QUEUE_PATTERN)]
 ConcurrencyKey = Annotated[
     str, StringConstraints(min_length=1, max_length=255), AfterValidator(pg_text)
 ]
+
+# The filters of a jobs list, for the API (GET /jobs) and the dashboard (/ui/jobs):
+# text that could reach Postgres is refused first (NUL, lone surrogates), and so is
+# what no job can match (a type over 200 characters, a queue name of the wrong shape).
+TypeFilter = Annotated[str, StringConstraints(max_length=200), AfterValidator(pg_text)]
+QueueFilter = Annotated[str, StringConstraints(pattern=QUEUE_PATTERN)]
+OrgFilter = Annotated[str, StringConstraints(max_length=255), AfterValidator(pg_text)]
+CursorText = Annotated[str, StringConstraints(max_length=200)]
+
+
+class JobFilters(BaseModel):
+    """The filters of a jobs list, checked once for every front end; None means any."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: JobStatus | None = None
+    type: TypeFilter | None = None
+    queue: QueueFilter | None = None
+    org_id: OrgFilter | None = None
+    """An admin's choice of org; an org's own list is its token's org."""
+    cursor: CursorText | None = None
+    """``next_cursor`` of the previous page, still to decode."""
+
+
+def check_job_filters(
+    *,
+    status: str | None = None,
+    type: str | None = None,
+    queue: str | None = None,
+    org_id: str | None = None,
+    cursor: str | None = None,
+) -> JobFilters:
+    """Check a jobs list's filters as given in a query (empty text means any).
+
+    Raises ValueError naming the first bad filter, e.g. ``type: must not contain the
+    NUL character``.
+    """
+    given = {"status": status, "type": type, "queue": queue, "org_id": org_id, "cursor": cursor}
+    try:
+        return JobFilters.model_validate({k: v for k, v in given.items() if v})
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        field = str(first["loc"][0]) if first["loc"] else "filter"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{field}: {message}") from None
 
 
 class JobIn(BaseModel):
@@ -182,6 +234,15 @@ class JobSummary(BaseModel):
         "daemon may claim it. A reservation charges no attempt.",
     )
 
+    retry_of: uuid.UUID | None = Field(
+        default=None, description="The failed or cancelled job this job retries."
+    )
+    retried_as: uuid.UUID | None = Field(
+        default=None,
+        description="The job that retries this one, once it was retried (this job stays "
+        "as it ended).",
+    )
+
     last_progress_at: datetime | None = Field(
         default=None,
         description="Set while the job runs: when its handler last reported progress "
@@ -205,9 +266,11 @@ class JobSummary(BaseModel):
         return self
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> JobSummary:
-        """Build from a row of ``api_jobs_list``."""
-        return cls.model_validate({k: row[k] for k in cls.model_fields if k not in _COMPUTED})
+    def from_job(cls, job: Job) -> Self:
+        """Build from a ``Job``."""
+        return cls.model_validate(
+            {k: getattr(job, k) for k in cls.model_fields if k not in _COMPUTED}
+        )
 
 
 class JobOut(JobSummary):
@@ -219,12 +282,6 @@ class JobOut(JobSummary):
         "and traceback."
     )
 
-    @classmethod
-    def from_job(cls, job: Job) -> JobOut:
-        """Build from a ``Job``."""
-        fields = {k: getattr(job, k) for k in cls.model_fields if k not in _COMPUTED}
-        return cls.model_validate(fields)
-
 
 class JobDetail(JobOut):
     """A job with its history, oldest change first."""
@@ -232,19 +289,34 @@ class JobDetail(JobOut):
     history: list[HistoryItem]
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> JobDetail:
-        """Build from a row of ``api_jobs_get`` (the history as parallel arrays)."""
-        job = Job.from_row(row)
+    def from_view(cls, view: JobView) -> JobDetail:
+        """Build from a job read with its history."""
+        job = view.job
         fields = {k: getattr(job, k) for k in JobOut.model_fields if k not in _COMPUTED}
-        names = ("h_from", "h_to", "h_at", "h_attempt", "h_reason", "h_worker")
-        columns = [row[n] or [] for n in names]
         history = [
             HistoryItem.model_validate(
-                {"from": f, "to": t, "at": at, "attempt": a, "reason": r, "worker": w}
+                {
+                    "from": e.from_status,
+                    "to": e.to_status,
+                    "at": e.at,
+                    "attempt": e.attempt,
+                    "reason": e.reason,
+                    "worker": e.worker_id,
+                }
             )
-            for f, t, at, a, r, w in zip(*columns, strict=True)
+            for e in view.history
         ]
         return cls.model_validate({**fields, "history": history})
+
+
+class ResolveIn(BaseModel):
+    """How a job awaiting recovery is settled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Literal["succeeded", "failed", "requeue"] = Field(
+        description="succeeded: the work was done; failed: it was not; requeue: run it again."
+    )
 
 
 class JobPage(BaseModel):

@@ -5,7 +5,7 @@ with ``db_errors``, naming the operation and the id. Every query on jobs runs th
 ``run_for_org``: the org goes into ``jobsd.org_id`` in the same implicit transaction,
 so row-level security (migration 0003) backs up the ``WHERE org_id`` of each query
 when the API runs as the enqueue or the read role. The API's submit and cancel use
-``run_for_org`` too (``store.enqueue``, ``store.queries.cancel_job``).
+``run_for_org`` too (``store.enqueue``, ``store.jobs_ops``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsd.models import JobStatus
 from jobsd.store.db import AsyncConn, db_errors
 from jobsd.store.named import Row, run_named, sql_text
 
@@ -28,10 +27,7 @@ __all__ = [
     "Cursor",
     "done_notify_key",
     "done_payload",
-    "get_job_row",
     "health_row",
-    "job_status",
-    "list_job_rows",
     "ping",
     "queue_depth",
     "role_bypass",
@@ -102,44 +98,6 @@ class Cursor:
 
     created_at: datetime
     id: uuid.UUID
-
-
-async def get_job_row(conn: AsyncConn, job_id: uuid.UUID, org_id: str) -> Row | None:
-    """Read one job of one org with its history (``h_*`` arrays), or None."""
-    with db_errors(f"read of job {job_id}"):
-        rows = await run_for_org(conn, org_id, "api_jobs_get", {"id": job_id, "org_id": org_id})
-    return rows[0] if rows else None
-
-
-async def job_status(conn: AsyncConn, job_id: uuid.UUID, org_id: str) -> JobStatus | None:
-    """Read only the status of one job of one org, or None."""
-    with db_errors(f"read of the status of job {job_id}"):
-        rows = await run_for_org(conn, org_id, "api_jobs_status", {"id": job_id, "org_id": org_id})
-    return JobStatus(rows[0]["status"]) if rows else None
-
-
-async def list_job_rows(
-    conn: AsyncConn,
-    org_id: str,
-    *,
-    after: Cursor | None,
-    status: JobStatus | None,
-    type: str | None,
-    queue: str | None,
-    limit: int,
-) -> list[Row]:
-    """List up to ``limit`` jobs of an org, newest first, older than ``after``."""
-    params = {
-        "org_id": org_id,
-        "before_created_at": after.created_at if after else "infinity",
-        "before_id": after.id if after else uuid.UUID(int=(1 << 128) - 1),
-        "status": str(status) if status else None,
-        "type": type,
-        "queue": queue,
-        "limit": limit,
-    }
-    with db_errors(f"listing of the jobs of org {org_id!r}"):
-        return await run_for_org(conn, org_id, "api_jobs_list", params)
 
 
 async def _bounded(conn: AsyncConn, operation: str, name: str, timeout_s: float) -> list[Row]:

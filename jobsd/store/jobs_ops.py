@@ -1,10 +1,9 @@
-"""The operations on jobs that every front end shares: list, cancel, retry.
+"""The statements of the operations on jobs: read one with its history, list, cancel,
+retry, resolve, wait.
 
-One typed function per operation, called by the client (``Client``, ``SyncClient``),
-the CLI, the HTTP API and the dashboard, so the rules live in one place: the retry
-itself is the SQL function ``jobsd.job_retry`` (migration 0014), the cancel is
-``jobs_cancel`` (``store.queries.cancel_job``). ``org_id`` limits a call to one org
-and sets it for row-level security (the API); None is any org (operators).
+``jobsd.ops`` decides (who may, what an outcome means); each function here runs its
+statements and returns what the database said. ``org_id`` limits a call to one org
+and sets it for row-level security (the API's role); None is any org (operators).
 """
 
 from __future__ import annotations
@@ -17,25 +16,31 @@ from typing import Any, TypedDict, Unpack
 
 from psycopg import sql
 
-from jobsd.errors import DatabaseError, JobNotFound, RetryRefused
-from jobsd.models import Job, JobStatus
+from jobsd.errors import DatabaseError, JobNotFound
+from jobsd.models import Job, JobEvent, JobStatus, JobView
 from jobsd.store.api import Cursor, done_notify_key, done_payload, run_for_org
 from jobsd.store.connect import connect, connect_async
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 from jobsd.store.named import Row, run_named_sync
-from jobsd.store.queries import CancelOutcome, cancel_job, cancel_outcome, cancel_unchanged
 
 __all__ = [
-    "CancelOutcome",
+    "CancelAnswer",
     "Cursor",
     "JobPage",
     "ListOptions",
-    "cancel_job",
-    "cancel_job_sync",
+    "RetryAnswer",
+    "RetryArgs",
+    "cancel",
+    "cancel_sync",
+    "check_list_options",
+    "get_view",
+    "get_view_sync",
     "list_jobs",
     "list_jobs_sync",
-    "retry_job",
-    "retry_job_sync",
+    "resolve",
+    "retry",
+    "retry_sync",
+    "status_of",
     "wait_job",
     "wait_job_sync",
 ]
@@ -111,6 +116,16 @@ def _list_params(
     return params, limit
 
 
+def check_list_options(**options: Unpack[ListOptions]) -> None:
+    """Raise ValueError for a listing's bad option, as ``list_jobs`` would."""
+    _list_params(**options)
+
+
+def _list_statement(options: ListOptions) -> str:
+    """One org's listing reads that org's index backwards; every org's, the jobs."""
+    return "jobs_list" if options.get("org_id") is None else "api_jobs_list"
+
+
 def _page(rows: list[Row], limit: int) -> JobPage:
     jobs = [Job.from_row(r) for r in rows[:limit]]
     more = len(rows) > limit
@@ -125,7 +140,7 @@ async def list_jobs(conn: AsyncConn, **options: Unpack[ListOptions]) -> JobPage:
     """
     params, limit = _list_params(**options)
     with db_errors("listing of jobs"):
-        rows = await run_for_org(conn, options.get("org_id"), "jobs_list", params)
+        rows = await run_for_org(conn, options.get("org_id"), _list_statement(options), params)
     return _page(rows, limit)
 
 
@@ -133,7 +148,7 @@ def list_jobs_sync(conn: SyncConn, **options: Unpack[ListOptions]) -> JobPage:
     """List jobs; see ``list_jobs`` (sync)."""
     params, limit = _list_params(**options)
     with db_errors("listing of jobs"):
-        rows = _run_for_org_sync(conn, options.get("org_id"), "jobs_list", params)
+        rows = _run_for_org_sync(conn, options.get("org_id"), _list_statement(options), params)
     return _page(rows, limit)
 
 
@@ -149,71 +164,151 @@ def _run_for_org_sync(
         return run_named_sync(conn, name, params)
 
 
-def _retry_params(job_id: uuid.UUID, actor: str, force: bool, org_id: str | None) -> dict[str, Any]:
-    if not actor:
-        raise ValueError("a retry needs an actor (who asked for it)")
-    return {"id": job_id, "actor": actor, "force": force, "org_id": org_id}
+def _view(rows: list[Row]) -> JobView | None:
+    """Build a job and its history from a row of ``api_jobs_get``, or None."""
+    if not rows:
+        return None
+    row = rows[0]
+    names = ("h_id", "h_from", "h_to", "h_attempt", "h_worker", "h_reason", "h_at")
+    columns = [row[n] or [] for n in names]
+    job = Job.from_row(row)
+    history = [
+        JobEvent(
+            id=i,
+            job_id=job.id,
+            from_status=JobStatus(f) if f else None,
+            to_status=JobStatus(t),
+            attempt=a,
+            worker_id=w,
+            reason=r,
+            at=at,
+        )
+        for i, f, t, a, w, r, at in zip(*columns, strict=True)
+    ]
+    return JobView(job, history)
 
 
-def _retried(job_id: uuid.UUID, outcome: str, rows: list[Row], org_id: str | None) -> Job:
-    job = Job.from_row(rows[0]) if rows else None
-    if outcome == "not_found" or job is None or (org_id is not None and job.org_id != org_id):
-        raise JobNotFound(job_id)
-    if outcome != "retried":
-        raise RetryRefused(job_id, outcome, str(job.status))
-    return job
+async def get_view(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> JobView | None:
+    """Read a job with its history and its retry, in one statement; None when there is
+    none (of ``org_id``)."""
+    params = {"id": job_id, "org_id": org_id}
+    with db_errors(f"read of job {job_id}"):
+        return _view(await run_for_org(conn, org_id, "api_jobs_get", params))
 
 
-async def retry_job(
-    conn: AsyncConn,
-    job_id: uuid.UUID,
-    *,
-    actor: str,
-    force: bool = False,
-    org_id: str | None = None,
-) -> Job:
-    """Give a failed or cancelled job a new attempt; return it, queued.
+def get_view_sync(conn: SyncConn, job_id: uuid.UUID, org_id: str | None) -> JobView | None:
+    """Read a job with its history; see ``get_view`` (sync)."""
+    params = {"id": job_id, "org_id": org_id}
+    with db_errors(f"read of job {job_id}"):
+        return _view(_run_for_org_sync(conn, org_id, "api_jobs_get", params))
 
-    The move (``failed``/``cancelled`` -> ``queued``, reason ``retry``) is recorded in
-    the job's history with ``actor``; attempts keep counting. Raises JobNotFound
-    (missing, or of another org) or RetryRefused (not ended, an ``at_most_once``
-    type without ``force``, a dependency not succeeded): then nothing changed.
-    """
-    params = _retry_params(job_id, actor, force, org_id)
-    # one transaction: the job is read back as the retry left it (queued), before a
-    # daemon can claim it
+
+async def status_of(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> JobStatus | None:
+    """Read only the status of a job (of ``org_id``), or None: a long-poll's re-read."""
+    params = {"id": job_id, "org_id": org_id}
+    with db_errors(f"read of the status of job {job_id}"):
+        rows = await run_for_org(conn, org_id, "api_jobs_status", params)
+    return JobStatus(rows[0]["status"]) if rows else None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAnswer:
+    """What ``jobsd.job_retry`` said: ``outcome`` (retried, already_retried, not_found,
+    not_ended, at_most_once, dependency) and the job it concerns, read back."""
+
+    outcome: str
+    job: Job | None
+    status: JobStatus | None
+    """the retried job's status, for a refusal's message"""
+
+
+class RetryArgs(TypedDict):
+    """Who retries a job as which new job: ``new_id``, ``actor``, ``force``, ``org_id``."""
+
+    new_id: uuid.UUID
+    actor: str
+    force: bool
+    org_id: str | None
+
+
+def _retry_read(
+    job_id: uuid.UUID, rows: list[Row], org_id: str | None
+) -> tuple[str, Any, dict[str, Any]]:
+    """Return the outcome of ``jobs_retry``, the job it made, and the parameters of the
+    read of the job it names (the new one, else the retried one)."""
+    outcome, made = str(rows[0]["outcome"]), rows[0]["job_id"]
+    return outcome, made, {"id": made if made is not None else job_id, "org_id": org_id}
+
+
+async def retry(conn: AsyncConn, job_id: uuid.UUID, **args: Unpack[RetryArgs]) -> RetryAnswer:
+    """Retry a failed or cancelled job as the new job ``new_id``, in one transaction with
+    the read of the job it names. A full queue or org quota raises QueueFull or
+    OrgQuotaExceeded, and nothing is written."""
+    org_id = args["org_id"]
     with db_errors(f"retry of job {job_id}"):
         async with conn.transaction():
-            result = await run_for_org(conn, org_id, "jobs_retry", params)
-            rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
-    return _retried(job_id, str(result[0]["outcome"]), rows, org_id)
+            rows = await run_for_org(conn, org_id, "jobs_retry", {"id": job_id, **args})
+            outcome, made, read = _retry_read(job_id, rows, org_id)
+            found = await run_for_org(conn, org_id, "jobs_get_in_org", read)
+    return _retry_answer(outcome, made, found)
 
 
-def retry_job_sync(
-    conn: SyncConn,
-    job_id: uuid.UUID,
-    *,
-    actor: str,
-    force: bool = False,
-    org_id: str | None = None,
-) -> Job:
-    """Give a failed or cancelled job a new attempt; see ``retry_job`` (sync)."""
-    params = _retry_params(job_id, actor, force, org_id)
-    with db_errors(f"retry of job {job_id}"), conn.transaction():  # as retry_job
-        result = _run_for_org_sync(conn, org_id, "jobs_retry", params)
-        rows = _run_for_org_sync(conn, org_id, "jobs_get", {"id": job_id})
-    return _retried(job_id, str(result[0]["outcome"]), rows, org_id)
+def retry_sync(conn: SyncConn, job_id: uuid.UUID, **args: Unpack[RetryArgs]) -> RetryAnswer:
+    """Retry a failed or cancelled job as a new job; see ``retry`` (sync)."""
+    org_id = args["org_id"]
+    with db_errors(f"retry of job {job_id}"), conn.transaction():
+        rows = _run_for_org_sync(conn, org_id, "jobs_retry", {"id": job_id, **args})
+        outcome, made, read = _retry_read(job_id, rows, org_id)
+        found = _run_for_org_sync(conn, org_id, "jobs_get_in_org", read)
+    return _retry_answer(outcome, made, found)
 
 
-def cancel_job_sync(
-    conn: SyncConn,
-    job_id: uuid.UUID,
-    *,
-    actor: str,
-    reason: str,
-    org_id: str | None = None,
-) -> CancelOutcome:
-    """Cancel a job or request its cancel; see ``store.queries.cancel_job`` (sync)."""
+def _retry_answer(outcome: str, made: uuid.UUID | None, found: list[Row]) -> RetryAnswer:
+    job = Job.from_row(found[0]) if found else None
+    if made is not None:
+        return RetryAnswer(outcome, job, None)
+    return RetryAnswer(outcome, None, job.status if job else None)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelAnswer:
+    """What ``jobs_cancel`` did: ``previous`` is the status it changed (queued,
+    scheduled, blocked: now cancelled; running: a request recorded), None when it
+    changed nothing; ``job`` is the job as it is now (None: no such job)."""
+
+    previous: JobStatus | None
+    job: Job | None
+    changed: bool = False
+    """False when it changed nothing, or the running job's cancel was requested before"""
+
+
+def _cancelled(row: Row) -> CancelAnswer:
+    return CancelAnswer(JobStatus(row["previous"]), Job.from_row(row), bool(row["changed"]))
+
+
+async def cancel(
+    conn: AsyncConn, job_id: uuid.UUID, *, actor: str, reason: str, org_id: str | None
+) -> CancelAnswer:
+    """Cancel a job that has not started, or record a request to cancel a running one.
+
+    Idempotent: a repeated request keeps the first request's time. The actor, the org
+    and ``jobs_cancel`` go in one round trip; only when it changed nothing is the job
+    read back.
+    """
+    params = {"id": job_id, "org_id": org_id, "reason": reason}
+    actor_set = ("admin_set_actor", {"worker_id": actor})
+    with db_errors(f"cancel of job {job_id}"):
+        rows = await run_for_org(conn, org_id, "jobs_cancel", params, before=[actor_set])
+        if rows:
+            return _cancelled(rows[0])
+        rows = await run_for_org(conn, org_id, "jobs_get_in_org", {"id": job_id, "org_id": org_id})
+    return CancelAnswer(None, Job.from_row(rows[0]) if rows else None)
+
+
+def cancel_sync(
+    conn: SyncConn, job_id: uuid.UUID, *, actor: str, reason: str, org_id: str | None
+) -> CancelAnswer:
+    """Cancel a job or request its cancel; see ``cancel`` (sync)."""
     params = {"id": job_id, "org_id": org_id, "reason": reason}
     with db_errors(f"cancel of job {job_id}"):
         with conn.transaction():
@@ -221,10 +316,44 @@ def cancel_job_sync(
                 run_named_sync(conn, "api_set_org", {"org_id": org_id})
             run_named_sync(conn, "admin_set_actor", {"worker_id": actor})
             rows = run_named_sync(conn, "jobs_cancel", params)
-        if done := cancel_outcome(rows):
-            return done
-        rows = _run_for_org_sync(conn, org_id, "jobs_get", {"id": job_id})
-    return cancel_unchanged(rows, org_id)
+        if rows:
+            return _cancelled(rows[0])
+        rows = _run_for_org_sync(conn, org_id, "jobs_get_in_org", {"id": job_id, "org_id": org_id})
+    return CancelAnswer(None, Job.from_row(rows[0]) if rows else None)
+
+
+async def resolve(
+    conn: AsyncConn,
+    job_id: uuid.UUID,
+    *,
+    status: JobStatus,
+    reason: str,
+    actor: str,
+    error: str | None,
+    org_id: str | None,
+) -> tuple[Job | None, Job | None]:
+    """Settle a ``recovery_required`` job as ``status`` (succeeded, failed, queued).
+
+    Returns the job as written (None: it was not recovery_required) and the job as it
+    is now (None: there is no such job of ``org_id``), from one transaction.
+    """
+    params = {
+        "id": job_id,
+        "org_id": org_id,
+        "status": str(status),
+        "reason": reason,
+        "report": None,
+        "error": error,
+    }
+    with db_errors(f"resolve of job {job_id}"):
+        async with conn.transaction():
+            actor_set = ("admin_set_actor", {"worker_id": actor})
+            rows = await run_for_org(conn, org_id, "jobs_resolve", params, before=[actor_set])
+            now = await run_for_org(
+                conn, org_id, "jobs_get_in_org", {"id": job_id, "org_id": org_id}
+            )
+    written = Job.from_row(rows[0]) if rows else None
+    return written, Job.from_row(now[0]) if now else None
 
 
 def _deadline(timeout_s: float | None) -> float | None:

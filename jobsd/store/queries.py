@@ -17,16 +17,14 @@ from typing import Any
 from jobsd.errors import AlreadyClaimed, DatabaseError, JobNotFound
 from jobsd.jsonsafe import cap_error, storable_json
 from jobsd.models import STATUS_BY_VALUE, Job, JobEvent, JobStatus
-from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
-from jobsd.store.named import Row, run_named_sync, run_named_tuples
 
 # run_named: re-exported for the tests that insert raw rows; code outside jobsd.store
 # calls the typed functions.
 from jobsd.store.named import run_named as run_named
+from jobsd.store.named import run_named_sync, run_named_tuples
 
 __all__ = [
-    "CancelOutcome",
     "ClaimRound",
     "DeadSweep",
     "FinishRow",
@@ -37,7 +35,6 @@ __all__ = [
     "RescueDecider",
     "RescueVerdict",
     "Started",
-    "cancel_job",
     "claim_batch",
     "claim_job",
     "db_now",
@@ -501,57 +498,6 @@ async def promote_due(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class CancelOutcome:
-    """What a cancel did: ``cancelled`` at once, ``requested`` (running), or ``none``
-    (the job is finished, awaits recovery, or does not exist: ``job`` says which)."""
-
-    action: str
-    job: Job | None
-
-
-def cancel_outcome(cancelled: list[Row]) -> CancelOutcome | None:
-    """Read the rows of ``jobs_cancel``; None when it changed nothing (read the job)."""
-    if not cancelled:
-        return None
-    action = "requested" if cancelled[0]["previous"] == "running" else "cancelled"
-    return CancelOutcome(action, Job.from_row(cancelled[0]))
-
-
-def cancel_unchanged(rows: list[Row], org_id: str | None) -> CancelOutcome:
-    """Return the outcome of a cancel that changed nothing, from the rows of ``jobs_get``
-    (a job of another org than ``org_id`` is reported as missing)."""
-    job = Job.from_row(rows[0]) if rows else None
-    if job is not None and org_id is not None and job.org_id != org_id:
-        job = None
-    return CancelOutcome("none", job)
-
-
-async def cancel_job(
-    conn: AsyncConn,
-    job_id: uuid.UUID,
-    *,
-    actor: str,
-    reason: str,
-    org_id: str | None = None,
-) -> CancelOutcome:
-    """Cancel a job that has not started, or ask its owner to cancel a running one.
-
-    Idempotent: a repeated request keeps the first request's time. ``org_id`` limits
-    the job to one org and sets it for row-level security (the API); None is any org
-    (operators). The actor, the org and ``jobs_cancel`` go in one round trip; only
-    when it changed nothing is the job read back.
-    """
-    params = {"id": job_id, "org_id": org_id, "reason": reason}
-    actor_set = ("admin_set_actor", {"worker_id": actor})
-    with db_errors(f"cancel of job {job_id}"):
-        rows = await run_for_org(conn, org_id, "jobs_cancel", params, before=[actor_set])
-        if done := cancel_outcome(rows):
-            return done
-        rows = await run_for_org(conn, org_id, "jobs_get", {"id": job_id})
-    return cancel_unchanged(rows, org_id)
-
-
 async def note_discarded(conn: AsyncConn, job_ids: Sequence[uuid.UUID], *, worker_id: str) -> None:
     """Record in each job's history that ``worker_id``'s result for it was discarded."""
     if not job_ids:
@@ -623,6 +569,7 @@ async def resolve_job(
         "reason": reason,
         "report": storable_json(report) if report is not None else None,
         "error": _cap(error),
+        "org_id": None,
     }
     with db_errors(f"resolve of job {job_id}"):
         async with conn.transaction():

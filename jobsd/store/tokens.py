@@ -1,7 +1,7 @@
 """One typed function per ``api_tokens_*`` statement of ``sql/queries/api.sql``: bearer tokens.
 
 Only a token's SHA-256 is ever stored or looked up; making and hashing tokens is
-``jobsd.http.tokens``'s. ``api_tokens`` has row-level security (migration 0012): a
+``jobsd.ops.tokens``'s. ``api_tokens`` has row-level security (migration 0012): a
 lookup runs before the org is known, through the SECURITY DEFINER function
 ``jobsd.api_token_lookup``. Admin (operator) tokens belong to no org.
 """

@@ -9,13 +9,11 @@ more than these reads).
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from jobsd.models import JobEvent
 from jobsd.store.api import run_for_org
 from jobsd.store.db import AsyncConn, db_errors
 from jobsd.store.named import Row
@@ -27,20 +25,6 @@ async def _read(
     conn: AsyncConn, org_id: str | None, name: str, params: dict[str, Any]
 ) -> list[Row]:
     return await run_for_org(conn, org_id, name, params, before=_NO_JIT)
-
-
-async def get_job(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> Row | None:
-    """Read one job (of ``org_id``, or of any org), or None."""
-    with db_errors(f"read of job {job_id}"):
-        rows = await _read(conn, org_id, "ui_job_get", {"id": job_id, "org_id": org_id})
-    return rows[0] if rows else None
-
-
-async def job_events(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> list[JobEvent]:
-    """Read a job's history, oldest first."""
-    with db_errors(f"read of the history of job {job_id}"):
-        rows = await _read(conn, org_id, "ui_job_events", {"id": job_id, "org_id": org_id})
-    return [JobEvent.from_row({**r, "job_id": job_id}) for r in rows]
 
 
 async def open_counts_for_org(conn: AsyncConn, org_id: str) -> dict[str, dict[str, int]]:
@@ -87,12 +71,3 @@ async def recent_failures(conn: AsyncConn, org_id: str | None, *, limit: int = 1
     """List the latest failed jobs, newest first."""
     with db_errors("listing of recent failures"):
         return await _read(conn, org_id, "ui_recent_failures", {"org_id": org_id, "limit": limit})
-
-
-async def note_event(
-    conn: AsyncConn, job_id: uuid.UUID, *, actor: str, reason: str, org_id: str | None
-) -> None:
-    """Record in a job's history an action that changed no state (same status both ends)."""
-    params = {"id": job_id, "actor": actor, "reason": reason, "org_id": org_id}
-    with db_errors(f"note on job {job_id}"):
-        await _read(conn, org_id, "job_events_note_ui", params)

@@ -31,12 +31,14 @@ WHERE %(org_id)s::text IS NULL OR org_id = %(org_id)s::text
 ORDER BY org_id NULLS FIRST, created_at, id;
 
 -- name: api_jobs_get
--- One job of one org with its history, read in one statement (one snapshot), the
--- history as parallel arrays in event order.
-SELECT j.*, h.*
+-- One job with its history and its retry, read in one statement (one snapshot), the
+-- history as parallel arrays in event order; of one org (org_id set) or of any (null).
+SELECT j.*, h.*,
+       (SELECT r.id FROM jobsd.jobs AS r WHERE r.retry_of = j.id) AS retried_as
 FROM jobsd.jobs AS j
 CROSS JOIN LATERAL (
-  SELECT array_agg(e.from_status ORDER BY e.id) AS h_from,
+  SELECT array_agg(e.id ORDER BY e.id) AS h_id,
+         array_agg(e.from_status ORDER BY e.id) AS h_from,
          array_agg(e.to_status ORDER BY e.id) AS h_to,
          array_agg(e.at ORDER BY e.id) AS h_at,
          array_agg(e.attempt ORDER BY e.id) AS h_attempt,
@@ -44,22 +46,22 @@ CROSS JOIN LATERAL (
          array_agg(e.worker_id ORDER BY e.id) AS h_worker
   FROM jobsd.job_events AS e
   WHERE e.job_id = j.id) AS h
-WHERE j.id = %(id)s AND j.org_id = %(org_id)s;
+WHERE j.id = %(id)s AND (%(org_id)s::text IS NULL OR j.org_id = %(org_id)s::text);
 
 -- name: api_jobs_status
--- The cheap re-read of a long-poll: is the job terminal yet?
-SELECT status FROM jobsd.jobs WHERE id = %(id)s AND org_id = %(org_id)s;
+-- The cheap re-read of a long-poll: is the job terminal yet? Of one org (org_id set)
+-- or of any (null).
+SELECT status FROM jobsd.jobs
+WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text);
 
 -- name: api_jobs_list
--- The org's jobs, newest first, after a keyset cursor (created_at, id): the first
--- page passes ('infinity', 'ffffffff-...'). Reads jobs_org_created_idx backwards.
--- Payload and report are left out: a page stays small; GET /jobs/{id} has them.
-SELECT id, org_id, type, queue, status, attempts, dedup_key, priority, concurrency_key,
-       progress, error, reason, run_after, created_at, started_at, finished_at,
-       reserved_until
-FROM jobsd.jobs
+-- One org's jobs, newest first, after a keyset cursor (created_at, id): the first
+-- page passes ('infinity', 'ffffffff-...'); the filters of jobs_list. Reads
+-- jobs_org_created_idx backwards.
+SELECT * FROM jobsd.jobs
 WHERE org_id = %(org_id)s
   AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(type)s::text IS NULL OR type = %(type)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)

@@ -90,6 +90,11 @@ RETURNING *;
 -- name: jobs_get
 SELECT * FROM jobsd.jobs WHERE id = %(id)s;
 
+-- name: jobs_get_in_org
+-- One job of one org (org_id set) or of any (null).
+SELECT * FROM jobsd.jobs
+WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text);
+
 -- name: jobs_get_by_dedup_key
 SELECT * FROM jobsd.jobs WHERE org_id = %(org_id)s AND dedup_key = %(dedup_key)s;
 
@@ -411,9 +416,10 @@ FROM (SELECT min(run_after) AS next_due FROM jobsd.jobs
 -- name: jobs_cancel
 -- Cancel a job: queued, scheduled or blocked ones at once; a running one gets a
 -- request (kept if one is pending) that its owner's heartbeat picks up. Other
--- states are left alone and not returned. `previous` says which case it was.
+-- states are left alone and not returned. `previous` says which case it was;
+-- `changed` is false for a running job whose cancel was requested before.
 WITH target AS (
-  SELECT id, status FROM jobsd.jobs
+  SELECT id, status, cancel_requested_at FROM jobsd.jobs
   WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
     AND status IN ('queued', 'scheduled', 'blocked', 'running')
   FOR UPDATE)
@@ -425,7 +431,8 @@ SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
     cancel_requested_at = coalesce(j.cancel_requested_at, now())
 FROM target AS t
 WHERE j.id = t.id
-RETURNING j.*, t.status AS previous;
+RETURNING j.*, t.status AS previous,
+          t.status <> 'running' OR t.cancel_requested_at IS NULL AS changed;
 
 -- name: job_events_note_discarded
 -- Evidence of fencing: for each job whose result a worker could not write (its lease
@@ -467,7 +474,8 @@ RETURNING j.*;
 -- name: jobs_resolve
 -- Settle a recovery_required job (a recover hook's answer, or an operator's):
 -- succeeded, failed, cancelled (a job cancelled while running whose work was not
--- done) or queued again. Any other current state is left alone.
+-- done) or queued again; of one org (org_id set) or of any (null). Any other current
+-- state is left alone.
 UPDATE jobsd.jobs
 SET status = %(status)s, reason = %(reason)s,
     report = coalesce(%(report)s::jsonb, report),
@@ -477,13 +485,16 @@ SET status = %(status)s, reason = %(reason)s,
     dedup_key = CASE WHEN %(status)s IN ('succeeded', 'failed', 'cancelled') THEN NULL
                      ELSE dedup_key END
 WHERE id = %(id)s AND status = 'recovery_required'
+  AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
 RETURNING *;
 
 -- name: jobs_retry
--- A new attempt of a failed or cancelled job (migration 0014, jobsd.job_retry): the
--- outcome says what happened; the caller reads the job back.
-SELECT jobsd.job_retry(%(id)s::uuid, %(actor)s::text, %(force)s::boolean,
-                       %(org_id)s::text) AS outcome;
+-- A failed or cancelled job retried as a new job (jobsd.job_retry): the outcome says
+-- what happened, job_id names the new job (or the retry made before); the caller
+-- reads it back.
+SELECT r.outcome, r.job_id
+FROM jobsd.job_retry(%(id)s::uuid, %(new_id)s::uuid, %(actor)s::text, %(force)s::boolean,
+                     %(org_id)s::text) AS r;
 
 -- name: jobs_list
 -- Jobs newest first, after a keyset cursor (created_at, id) (the first page passes

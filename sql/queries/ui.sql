@@ -10,19 +10,6 @@
 -- analyzed jobsd.queues does) would spend 50+ ms compiling for a 1 ms execution.
 SELECT set_config('jit', 'off', true);
 
--- name: ui_job_get
--- One job, of one org (org_id set) or of any (null).
-SELECT * FROM jobsd.jobs
-WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text);
-
--- name: ui_job_events
--- A job's whole history, oldest first; worker_id is the actor (a worker, `cli`,
--- `api`, `ui:<org>`).
-SELECT id, from_status, to_status, attempt, worker_id, reason, at
-FROM jobsd.job_events
-WHERE job_id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
-ORDER BY id;
-
 -- name: ui_open_counts_org
 -- One org's open jobs by queue and state (an admin reads jobsd.queue_info instead):
 -- jobs_open_by_queue_org_idx holds only open jobs.
@@ -78,13 +65,3 @@ WHERE finished_at IS NOT NULL AND status = 'failed'
   AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
 ORDER BY finished_at DESC
 LIMIT %(limit)s;
-
--- name: job_events_note_ui
--- A dashboard action that changes no state (a cancel request on a running job):
--- an event from the job's status to the same one, naming the actor. FOR SHARE waits
--- for a transition in flight, so the chain of events stays gapless.
-INSERT INTO jobsd.job_events (job_id, org_id, from_status, to_status, attempt, worker_id, reason)
-SELECT j.id, j.org_id, j.status, j.status, j.attempts, %(actor)s, %(reason)s
-FROM jobsd.jobs AS j
-WHERE j.id = %(id)s AND (%(org_id)s::text IS NULL OR j.org_id = %(org_id)s::text)
-FOR SHARE OF j;

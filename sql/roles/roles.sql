@@ -88,6 +88,9 @@ GRANT SELECT ON jobsd.queues, jobsd.schema_migrations TO {enqueue}, {api};
 GRANT SELECT, INSERT ON jobsd.jobs TO {enqueue}, {api};
 GRANT UPDATE (status, reason, finished_at, dedup_key, cancel_requested_at)
   ON jobsd.jobs TO {enqueue}, {api};
+-- api: an org settles its own recovery_required jobs (the dashboard, POST
+-- /jobs/{id}/resolve)
+GRANT UPDATE (report) ON jobsd.jobs TO {api};
 GRANT SELECT ON jobsd.job_events TO {enqueue}, {api};
 -- depends_on: mark each dependency (the row lock orders the enqueue with the
 -- dependency's own end), record the edges, fail at once a job whose dependency
@@ -134,8 +137,18 @@ GRANT EXECUTE ON FUNCTION jobsd.queue_info(text),
   jobsd.queue_pause(text), jobsd.queue_resume(text)
   TO {admin};
 GRANT {admin} TO {api};
--- retry a failed or cancelled job (POST /jobs/{id}/retry; SECURITY DEFINER, org-scoped inside)
-GRANT EXECUTE ON FUNCTION jobsd.job_retry(uuid, text, boolean, text) TO {enqueue}, {api};
+-- retry a failed or cancelled job (POST /jobs/{id}/retry; SECURITY DEFINER, org-scoped
+-- inside): as a new job since migration 0025, in place on an older schema
+DO $$
+BEGIN
+  IF to_regprocedure('jobsd.job_retry(uuid, uuid, text, boolean, text)') IS NOT NULL THEN
+    GRANT EXECUTE ON FUNCTION jobsd.job_retry(uuid, uuid, text, boolean, text)
+      TO {enqueue}, {api};
+  ELSE
+    GRANT EXECUTE ON FUNCTION jobsd.job_retry(uuid, text, boolean, text) TO {enqueue}, {api};
+  END IF;
+END
+$$;
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
 -- the schedules with their last tick's job, every org's (GET /schedules, /metrics)
 GRANT EXECUTE ON FUNCTION jobsd.schedule_info(text) TO {admin}, {read};
@@ -150,6 +163,21 @@ GRANT EXECUTE ON FUNCTION jobsd.unhandled_jobs() TO {admin}, {read}, {api};
 GRANT EXECUTE ON FUNCTION jobsd.api_token_lookup(bytea) TO {api}, {enqueue}, {read};
 -- and hashes the ids of the jobs it waits for, as the done-notifications do
 GRANT EXECUTE ON FUNCTION jobsd.done_notify_key() TO {api}, {enqueue}, {read};
+
+-- The dashboard's sessions (migration 0026): log in, check the session at every
+-- request, log out, through SECURITY DEFINER functions (jobsd.ui_sessions has
+-- row-level security and no policy: no role reads or writes it directly), for the
+-- same roles as the token lookup, since any of them may serve the dashboard. A
+-- schema older than 0026 has no sessions: nothing to grant there.
+DO $$
+BEGIN
+  IF to_regprocedure('jobsd.ui_session_start(bytea, double precision)') IS NOT NULL THEN
+    GRANT EXECUTE ON FUNCTION jobsd.ui_session_start(bytea, double precision),
+      jobsd.ui_session_lookup(uuid, bytea), jobsd.ui_session_end(uuid, bytea)
+      TO {api}, {enqueue}, {read};
+  END IF;
+END
+$$;
 
 -- name: roles_trusted
 -- The multi-tenant roles act for the org they set in jobsd.org_id (migration 0012's

@@ -18,6 +18,8 @@ from jobsd import Client, QueueFull, SyncClient
 from jobsd.client import JobSpec
 from jobsd.errors import TransientConflict, UnknownDependency
 from jobsd.models import Job
+from jobsd.ops import Caller
+from jobsd.ops.cancel import cancel_job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow
 
@@ -353,7 +355,7 @@ async def test_a_cancelled_dependency_fails_the_whole_chain(
         chain = [a]
         for _ in range(4):
             chain.append(await client.enqueue("n", {}, org_id="o", depends_on=[chain[-1].id]))
-    await queries.cancel_job(aconn, a.id, org_id=None, actor="op", reason="cancelled by operator")
+    await cancel_job(aconn, Caller.as_operator("op"), a.id, reason="cancelled by operator")
     rows = [job_row(conn, j.id) for j in chain[1:]]
     assert [r["status"] for r in rows if r] == ["failed"] * 4
     assert rows[0] and rows[0]["reason"] == f"dependency {a.id} cancelled"

@@ -157,7 +157,8 @@ async def test_a_claimed_job_is_built_from_its_columns_in_field_order(
             "t", {"a": [1, "é"]}, org_id="acme", priority=-2, concurrency_key=None
         )
     rows = await queries.run_named(aconn, "jobs_claim_batch", claim_params(1, free=1))
-    assert list(rows[0])[:23] == [f.name for f in dataclasses.fields(Job)]
+    # the fields after the 23 columns the claim returns are read elsewhere (a retry's)
+    assert list(rows[0])[:23] == [f.name for f in dataclasses.fields(Job)][:23]
     await aconn.execute(
         "UPDATE jobsd.jobs SET status = 'queued', lease_id = NULL, worker_id = NULL WHERE id = %s",
         (enqueued.id,),

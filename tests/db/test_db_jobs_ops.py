@@ -1,5 +1,5 @@
-"""The shared operations on jobs (jobsd.store.jobs_ops, migration 0014): retry of a
-failed or cancelled job, the list with its filters and keyset pages, the sync twins."""
+"""The operations on jobs every front end calls (jobsd.ops): retry as a new job, the list
+with its filters and keyset pages, cancel, the sync twins, each as an operator or an org."""
 
 from __future__ import annotations
 
@@ -13,10 +13,15 @@ from psycopg.rows import dict_row
 from support.history import assert_history_complete
 from support.jobs import job_row, make_job, make_jobs
 
-from jobsd.errors import JobNotFound, RetryRefused
-from jobsd.store import jobs_ops
+from jobsd.errors import CancelRefused, JobNotFound, OrgQuotaExceeded, QueueFull, RetryRefused
+from jobsd.ops import Caller
+from jobsd.ops.cancel import cancel_job, cancel_job_sync
+from jobsd.ops.listing import list_jobs, list_jobs_sync
+from jobsd.ops.retry import retry_job, retry_job_sync
 
 pytestmark = pytest.mark.anyio
+
+OP = Caller.as_operator("op")
 
 
 def events(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[Any, ...]]:
@@ -35,37 +40,69 @@ def at_most_once(conn: psycopg.Connection[Any], type: str) -> None:
 
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])
-async def test_retry_puts_an_ended_job_back_in_queued_with_its_history(
+async def test_retry_makes_a_new_job_and_the_ended_one_stays_as_it_ended(
     conn: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any], status: str
 ) -> None:
     claim = {"attempts": 1, "worker_id": "w1"}
-    job_id = make_job(conn, status=status, claim=claim, error="boom", finished_at=datetime.now(UTC))
-    job = await jobs_ops.retry_job(aconn, job_id, actor="cli:alice")
-    assert job.status == "queued" and job.finished_at is None and job.reason == "retry"
-    row = job_row(conn, job_id)
-    assert row is not None and row["status"] == "queued" and row["lease_id"] is None
-    last = events(conn, job_id)[-1]
-    assert last == (status, "queued", job.attempts, "cli:alice", "retry")
-    # the chain stays gapless: the retry is the one edge allowed out of an end
+    job_id = make_job(
+        conn, status=status, claim=claim, error="boom", finished_at=datetime.now(UTC), priority=3
+    )
+    before = job_row(conn, job_id)
+    retried = await retry_job(aconn, Caller.as_operator("cli:alice"), job_id)
+    new = retried.job
+    assert retried.created and new.id != job_id and new.retry_of == job_id
+    assert new.status == "queued" and new.attempts == 0 and new.reason == f"retry of {job_id}"
+    assert (new.type, new.queue, new.org_id, new.payload, new.priority) == (
+        before["type"], before["queue"], before["org_id"], before["payload"], 3,  # type: ignore[index]
+    )  # fmt: skip
+    # the ended job is as it was; its history notes the retry, the new job's names it
+    after = job_row(conn, job_id)
+    assert after == before
+    note = (status, status, before["attempts"], "cli:alice", f"retried as {new.id}")  # type: ignore[index]
+    assert events(conn, job_id)[-1] == note
+    assert events(conn, new.id) == [(None, "queued", 0, "cli:alice", f"retry of {job_id}")]
     assert_history_complete(conn)
-    # the setting that lets the edge pass is gone: a plain update is still refused
-    conn.execute("UPDATE jobsd.jobs SET status = 'cancelled' WHERE id = %s", (job_id,))
+    # a terminal job never moves again, by any path
     with pytest.raises(psycopg.errors.CheckViolation, match="illegal transition"):
         conn.execute("UPDATE jobsd.jobs SET status = 'queued' WHERE id = %s", (job_id,))
 
 
-def test_a_terminal_job_cannot_go_back_to_queued_but_through_job_retry(
-    conn: psycopg.Connection[Any],
+async def test_a_retry_is_made_once_asking_again_answers_the_same_job(
+    conn: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
 ) -> None:
     job_id = make_job(conn, status="failed")
-    with pytest.raises(psycopg.errors.CheckViolation, match="illegal transition"):
-        conn.execute("UPDATE jobsd.jobs SET status = 'queued' WHERE id = %s", (job_id,))
-    # the setting names one job: another job's retry does not open this one
-    other = make_job(conn, status="failed")
-    with conn.transaction():
-        conn.execute("SELECT set_config('jobsd.retrying', %s, true)", (str(other),))
-        with pytest.raises(psycopg.errors.CheckViolation):
-            conn.execute("UPDATE jobsd.jobs SET status = 'queued' WHERE id = %s", (job_id,))
+    first = await retry_job(aconn, OP, job_id)
+    again = await retry_job(aconn, OP, job_id)
+    assert not again.created and again.job.id == first.job.id
+    count = conn.execute("SELECT count(*) FROM jobsd.jobs WHERE retry_of = %s", (job_id,))
+    assert count.fetchone() == (1,)
+    # the retried job reads with its link
+    from jobsd.ops.get import get_job
+
+    view = await get_job(aconn, OP, job_id)
+    assert view.job.retried_as == first.job.id and view.job.status == "failed"
+
+
+async def test_a_retry_is_admitted_like_an_enqueue_capacity_and_org_quota(
+    conn: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
+) -> None:
+    conn.execute("INSERT INTO jobsd.queues (name, capacity) VALUES ('small', 1)")
+    failed = make_job(conn, status="failed", queue="small")
+    make_job(conn, queue="small")  # the one open job the capacity allows
+    with pytest.raises(QueueFull):
+        await retry_job(aconn, OP, failed)
+    assert conn.execute(
+        "SELECT count(*) FROM jobsd.jobs WHERE retry_of = %s", (failed,)
+    ).fetchone() == (0,)
+    assert [e[4] for e in events(conn, failed) if e[0] == e[1]] == []  # no note either
+    conn.execute("INSERT INTO jobsd.queues (name, org_open_limit) VALUES ('fair', 1)")
+    mine = make_job(conn, status="failed", queue="fair", org_id="acme")
+    make_job(conn, queue="fair", org_id="acme")
+    with pytest.raises(OrgQuotaExceeded):
+        await retry_job(aconn, Caller.for_org("acme", "api"), mine)
+    # another org is not held back by acme's quota
+    theirs = make_job(conn, status="failed", queue="fair", org_id="globex")
+    assert (await retry_job(aconn, Caller.for_org("globex", "api"), theirs)).created
 
 
 @pytest.mark.parametrize("status", ["queued", "scheduled", "blocked", "running", "succeeded"])
@@ -75,7 +112,7 @@ async def test_retry_of_a_job_not_failed_or_cancelled_is_refused(
     job_id = make_job(conn, status=status)
     before = job_row(conn, job_id)
     with pytest.raises(RetryRefused, match=f"it is {status}") as info:
-        await jobs_ops.retry_job(aconn, job_id, actor="op")
+        await retry_job(aconn, OP, job_id)
     assert info.value.why == "not_ended"
     assert job_row(conn, job_id) == before
 
@@ -86,11 +123,11 @@ async def test_retry_of_an_at_most_once_type_needs_force(
     at_most_once(conn, "charge")
     job_id = make_job(conn, status="failed", type="charge")
     with pytest.raises(RetryRefused, match="at_most_once") as info:
-        await jobs_ops.retry_job(aconn, job_id, actor="op")
+        await retry_job(aconn, OP, job_id)
     assert info.value.why == "at_most_once"
-    assert job_row(conn, job_id)["status"] == "failed"  # type: ignore[index]
-    job = await jobs_ops.retry_job(aconn, job_id, actor="op", force=True)
-    assert job.status == "queued" and job.reason == "retry (forced)"
+    retried = await retry_job(aconn, OP, job_id, force=True)
+    assert retried.job.status == "queued"
+    assert retried.job.reason == f"retry (forced) of {job_id}"
 
 
 async def test_retry_of_a_job_whose_dependency_failed_is_refused(
@@ -103,9 +140,9 @@ async def test_retry_of_a_job_whose_dependency_failed_is_refused(
         (child, parent),
     )
     with pytest.raises(RetryRefused, match="depends on") as info:
-        await jobs_ops.retry_job(aconn, child, actor="op")
+        await retry_job(aconn, OP, child)
     assert info.value.why == "dependency"
-    await jobs_ops.retry_job(aconn, parent, actor="op")
+    await retry_job(aconn, OP, parent)
     assert job_row(conn, child)["status"] == "failed"  # type: ignore[index]
 
 
@@ -114,27 +151,31 @@ async def test_retry_is_scoped_by_org(
 ) -> None:
     job_id = make_job(conn, status="failed", org_id="acme")
     with pytest.raises(JobNotFound):
-        await jobs_ops.retry_job(aconn, job_id, actor="api", org_id="globex")
+        await retry_job(aconn, Caller.for_org("globex", "api"), job_id)
     with pytest.raises(JobNotFound):
-        await jobs_ops.retry_job(aconn, uuid.uuid4(), actor="api")
-    assert job_row(conn, job_id)["status"] == "failed"  # type: ignore[index]
-    job = await jobs_ops.retry_job(aconn, job_id, actor="api", org_id="acme")
-    assert job.status == "queued"
+        await retry_job(aconn, OP, uuid.uuid4())
+    assert conn.execute(
+        "SELECT count(*) FROM jobsd.jobs WHERE retry_of = %s", (job_id,)
+    ).fetchone() == (0,)
+    retried = await retry_job(aconn, Caller.for_org("acme", "api"), job_id)
+    assert retried.job.org_id == "acme"
 
 
-async def test_retry_needs_an_actor(aconn: psycopg.AsyncConnection[Any]) -> None:
+def test_a_caller_needs_an_actor_and_an_org_or_operator() -> None:
     with pytest.raises(ValueError, match="actor"):
-        await jobs_ops.retry_job(aconn, uuid.uuid4(), actor="")
+        Caller.as_operator("")
+    with pytest.raises(ValueError, match="one org"):
+        Caller.for_org("", "api")
 
 
 def test_retry_sync(conn: psycopg.Connection[Any]) -> None:
     job_id = make_job(conn, status="failed")
     with psycopg.connect(conn.info.dsn, autocommit=True) as sync:
-        job = jobs_ops.retry_job_sync(sync, job_id, actor="script")
-        assert job.status == "queued"
-        with pytest.raises(RetryRefused):
-            jobs_ops.retry_job_sync(sync, job_id, actor="script")
-    assert events(conn, job_id)[-1][3:] == ("script", "retry")
+        retried = retry_job_sync(sync, Caller.as_operator("script"), job_id)
+        assert retried.job.status == "queued"
+        again = retry_job_sync(sync, Caller.as_operator("script"), job_id)
+        assert again.job.id == retried.job.id and not again.created
+    assert events(conn, job_id)[-1][3:] == ("script", f"retried as {retried.job.id}")
 
 
 async def test_list_pages_newest_first_without_gaps_or_repeats(
@@ -142,12 +183,12 @@ async def test_list_pages_newest_first_without_gaps_or_repeats(
 ) -> None:
     ids = make_jobs(conn, 7)
     seen: list[uuid.UUID] = []
-    page = await jobs_ops.list_jobs(aconn, limit=3)
+    page = await list_jobs(aconn, OP, limit=3)
     while True:
         seen += [j.id for j in page.jobs]
         if page.next is None:
             break
-        page = await jobs_ops.list_jobs(aconn, limit=3, after=page.next)
+        page = await list_jobs(aconn, OP, limit=3, after=page.next)
     with conn.cursor(row_factory=dict_row) as cur:
         newest_first = [
             r["id"]
@@ -166,7 +207,7 @@ async def test_list_filters(
     other_org = make_job(conn, type="a", org_id="globex")
 
     async def ids(**filters: Any) -> set[uuid.UUID]:
-        return {j.id for j in (await jobs_ops.list_jobs(aconn, **filters)).jobs}
+        return {j.id for j in (await list_jobs(aconn, OP, **filters)).jobs}
 
     assert await ids() == {old, failed, mail, other_org}
     assert await ids(status="failed") == {failed}
@@ -176,7 +217,7 @@ async def test_list_filters(
     assert await ids(org_id="o", type="a") == {old, failed}
     assert await ids(since=datetime.now(UTC) - timedelta(days=1)) == {failed, mail, other_org}
     with psycopg.connect(conn.info.dsn, autocommit=True) as sync:
-        page = jobs_ops.list_jobs_sync(sync, status="queued", org_id="o")
+        page = list_jobs_sync(sync, OP, status="queued", org_id="o")
     assert {j.id for j in page.jobs} == {old, mail} and page.next is None
 
 
@@ -194,20 +235,40 @@ async def test_list_refuses_bad_filters(
     aconn: psycopg.AsyncConnection[Any], filters: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        await jobs_ops.list_jobs(aconn, **filters)
+        await list_jobs(aconn, OP, **filters)
+
+
+async def test_an_org_lists_its_own_jobs_only(
+    conn: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
+) -> None:
+    mine = make_job(conn, org_id="acme")
+    make_job(conn, org_id="globex")
+    acme = Caller.for_org("acme", "api")
+    assert [j.id for j in (await list_jobs(aconn, acme)).jobs] == [mine]
+    assert (await list_jobs(aconn, acme, org_id="globex")).jobs == []
+    assert [j.id for j in (await list_jobs(aconn, acme, org_id="acme")).jobs] == [mine]
 
 
 async def test_cancel_through_the_shared_module(
     conn: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
 ) -> None:
     job_id = make_job(conn)
-    out = await jobs_ops.cancel_job(aconn, job_id, actor="op", reason="not needed")
-    assert out.action == "cancelled"
+    out = await cancel_job(aconn, OP, job_id, reason="not needed")
+    assert out.action == "cancelled" and out.changed
     running = make_job(conn, status="running", org_id="acme")
     with psycopg.connect(conn.info.dsn, autocommit=True) as sync:
-        assert jobs_ops.cancel_job_sync(sync, running, actor="op", reason="x").action == "requested"
-        assert jobs_ops.cancel_job_sync(sync, running, actor="op", reason="x", org_id="globex") == (
-            jobs_ops.CancelOutcome("none", None)
-        )
-        done = jobs_ops.cancel_job_sync(sync, job_id, actor="op", reason="again")
-    assert done.action == "none" and done.job is not None and done.job.status == "cancelled"
+        done = cancel_job_sync(sync, OP, running, reason="x")
+        assert done.action == "requested" and done.changed
+        again = cancel_job_sync(sync, Caller.for_org("acme", "api"), running, reason="x")
+        assert again.action == "requested" and not again.changed
+        with pytest.raises(JobNotFound):
+            cancel_job_sync(sync, Caller.for_org("globex", "api"), running, reason="x")
+        repeat = cancel_job_sync(sync, OP, job_id, reason="again")
+    assert repeat.action == "cancelled" and not repeat.changed
+    # the request is in the running job's history, naming who asked, once
+    notes = [e for e in events(conn, running) if e[4] == "cancel requested"]
+    assert notes == [("running", "running", 0, "op", "cancel requested")]
+    finished = make_job(conn, status="succeeded")
+    with pytest.raises(CancelRefused, match="already succeeded") as info:
+        await cancel_job(aconn, OP, finished, reason="late")
+    assert info.value.why == "finished"

@@ -358,6 +358,7 @@ class JobsMachine(RuleBasedStateMachine):
                     "reason": "resolved by operator",
                     "report": None,
                     "error": None,
+                    "org_id": None,
                 },
             )
         assert rows and rows[0]["status"] == status

@@ -248,7 +248,7 @@ def test_cancel_a_queued_job_then_a_running_one_then_a_finished_one(
         "SELECT worker_id FROM jobsd.job_events WHERE job_id = %s AND to_status = 'cancelled'",
         (queued,),
     ).fetchone()
-    assert actor == ("cli",)
+    assert actor is not None and str(actor[0]).startswith("cli:"), actor
 
     running = run_cli("enqueue", "noop", "--org", "acme", env=env).stdout.strip()
     conn.execute(
@@ -265,7 +265,7 @@ def test_cancel_a_queued_job_then_a_running_one_then_a_finished_one(
     assert requested == ("running", True)
 
     conn.execute("UPDATE jobsd.jobs SET status = 'succeeded' WHERE id = %s", (running,))
-    assert_one_line_error(run_cli("cancel", running, env=env), "succeeded", "nothing to cancel")
+    assert_one_line_error(run_cli("cancel", running, env=env), "already succeeded")
     assert_one_line_error(run_cli("cancel", str(uuid.uuid4()), env=env), "not found")
     assert_one_line_error(run_cli("cancel", "nope", env=env), "not a job id")
 
@@ -299,6 +299,7 @@ def test_resolve_settles_a_recovery_required_job_and_only_such(
             "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
             (job_id,),
         ).fetchone()
-        assert event == ("recovery_required", status, "cli", "resolved by operator")
+        assert event is not None and event[:2] == ("recovery_required", status), event
+        assert str(event[2]).startswith("cli:") and event[3].startswith("resolved as "), event
     assert_one_line_error(run_cli("resolve", ids[0], "--failed", env=env), "not recovery_required")
     assert_one_line_error(run_cli("resolve", ids[0], env=env), "--succeeded")

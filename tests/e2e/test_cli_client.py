@@ -5,6 +5,7 @@ current directory, ``--run-after`` with offsets, one-line usage errors."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import uuid
@@ -23,7 +24,7 @@ from .test_cli import assert_one_line_error
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_retry_reruns_a_failed_job_and_its_history_shows_both_attempts(
+def test_retry_runs_a_failed_job_again_as_a_new_job_and_both_histories_say_so(
     db_url: str, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
 ) -> None:
     env = make_env(db_url)
@@ -34,23 +35,31 @@ def test_retry_reruns_a_failed_job_and_its_history_shows_both_attempts(
     job_id = first.stdout.splitlines()[0].strip()
     again = run_cli("retry", job_id, env=env)
     assert again.returncode == 0, again.stderr
-    assert again.stdout == f"job {job_id} queued again (attempt 2 next)\n"
-    row = wait_status(conn, job_id, "failed", timeout_s=30)
-    assert row["attempts"] == 2
+    said = re.fullmatch(rf"job {job_id} retried as job ([0-9a-f-]{{36}}), queued\n", again.stdout)
+    assert said is not None, again.stdout
+    new_id = said.group(1)
+    row = wait_status(conn, new_id, "failed", timeout_s=30)
+    assert row["attempts"] == 1 and str(row["retry_of"]) == job_id
+    assert job_status(conn, job_id) == "failed"
     daemon.send(signal.SIGTERM)
     assert daemon.wait(20) == 0
-    shown = run_cli("status", job_id, "--json", env=env)
-    history = [(e["from"], e["to"], e["attempt"]) for e in json.loads(shown.stdout)["history"]]
+    shown = json.loads(run_cli("status", job_id, "--json", env=env).stdout)
+    history = [(e["from"], e["to"], e["attempt"]) for e in shown["history"]]
     assert history == [
         (None, "queued", 0),
         ("queued", "running", 1),
         ("running", "failed", 1),
-        ("failed", "queued", 1),
-        ("queued", "running", 2),
-        ("running", "failed", 2),
+        ("failed", "failed", 1),
     ]
-    retry_event = json.loads(shown.stdout)["history"][3]
-    assert retry_event["reason"] == "retry" and retry_event["worker"].startswith("cli:")
+    note = shown["history"][-1]
+    assert note["reason"] == f"retried as {new_id}" and note["worker"].startswith("cli:")
+    assert shown["retried_as"] == new_id and shown["status"] == "failed"
+    retried = json.loads(run_cli("status", new_id, "--json", env=env).stdout)
+    assert retried["retry_of"] == job_id
+    assert retried["history"][0]["reason"] == f"retry of {job_id}"
+    # asking again answers the same new job
+    twice = run_cli("retry", job_id, env=env)
+    assert twice.returncode == 0 and new_id in twice.stdout and "retried before" in twice.stdout
     # refusals: one line, nothing changed
     queued = make_job(conn)
     assert_one_line_error(run_cli("retry", str(queued), env=env), "it is queued")
@@ -156,11 +165,11 @@ def test_retry_of_an_at_most_once_type_needs_force(
     assert job_status(conn, job_id) == "failed"
     forced = run_cli("retry", str(job_id), "--force", env=env)
     assert forced.returncode == 0, forced.stderr
-    assert forced.stdout == f"job {job_id} queued again (attempt 2 next)\n"
-    last = conn.execute(
-        "SELECT from_status, to_status, reason, worker_id FROM jobsd.job_events "
-        "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+    assert forced.stdout.startswith(f"job {job_id} retried as job "), forced.stdout
+    first = conn.execute(
+        "SELECT e.from_status, e.to_status, e.reason, e.worker_id FROM jobsd.job_events AS e "
+        "JOIN jobsd.jobs AS j ON j.id = e.job_id WHERE j.retry_of = %s ORDER BY e.id LIMIT 1",
         (job_id,),
     ).fetchone()
-    assert last is not None and last[:3] == ("failed", "queued", "retry (forced)"), last
-    assert str(last[3]).startswith("cli:"), last
+    assert first is not None and first[:3] == (None, "queued", f"retry (forced) of {job_id}")
+    assert str(first[3]).startswith("cli:"), first

@@ -12,10 +12,10 @@ file=setup.sql``) is written to NAME in the session's directory first.
 
 In the comparison a UUID stands for any UUID, an ISO 8601 time for any time, a token
 for any token, seconds with decimals (``0.01 s``, ``"seconds": 0.008``) for any
-duration, the port of 127.0.0.1 or localhost for any port; a line ``...`` matches any
-number of lines (``applied 0001_jobs`` then ``...`` is every migration, however many
-there are). Blocks marked plain ``console`` are not run (they need a daemon, curl, or
-an HTTP server).
+duration, ``cli:<user>`` for the user running the commands, the port of 127.0.0.1 or
+localhost for any port; a line ``...`` matches any number of lines (``applied
+0001_jobs`` then ``...`` is every migration, however many there are). Blocks marked
+plain ``console`` are not run (they need a daemon, curl, or an HTTP server).
 
 Each ``jobsd`` of a session runs in a fork of one process that imported jobsd once
 (``serve`` below, started with ``python test_docs_examples.py serve SOCKET``): the
@@ -29,6 +29,7 @@ the interpreter's shutdown; only the start is shared. The start costs 1 to 3 s o
 from __future__ import annotations
 
 import gc
+import getpass
 import json
 import os
 import re
@@ -47,6 +48,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARK = "@@jobsd-doctest@@"
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CLI_USER = re.compile(r"\bcli:" + re.escape(getpass.getuser()) + r"\b")
 _TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)?")
 _TOKEN = re.compile(r"\bjobsd_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])|\bjobsd_[A-Za-z0-9_-]*…")
 _SECONDS = re.compile(r"\b\d+\.\d+ s\b|(?<=\"seconds\": )\d+(\.\d+)?")
@@ -109,7 +111,7 @@ def normalize(lines: list[str]) -> list[str]:
     for line in lines:
         if _WARNING.search(line):
             continue
-        line = _TIME.sub("<time>", _UUID.sub("<id>", line))
+        line = _TIME.sub("<time>", _UUID.sub("<id>", _CLI_USER.sub("cli:<user>", line)))
         line = _PORT.sub("<port>", _SECONDS.sub("<seconds>", _TOKEN.sub("<token>", line)))
         out.append(" ".join(line.split()))
     return out

@@ -37,7 +37,10 @@ from support.history import history_problems
 
 from jobsd.client import SyncClient
 from jobsd.errors import BackendUnavailable, JobsdError, OutcomeUnknown
-from jobsd.http.tokens import create_token
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token
+
+OPERATOR = Caller.as_operator("tests")
 
 __all__ = [
     "LEASE_ENV",
@@ -310,7 +313,7 @@ class Scenario:
     def token(self, org_id: str = "acme") -> str:
         """Create an API token for ``org_id`` and return it."""
         with self.conn() as conn:
-            secret, _ = create_token(conn, org_id, "faults")
+            secret, _ = create_token(conn, OPERATOR, org_id, "faults")
         return secret
 
     def kill(self, proc: TimedProc, sig: signal.Signals = signal.SIGKILL) -> float:

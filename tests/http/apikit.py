@@ -22,8 +22,11 @@ from jobsd.http.backend import ApiBackend
 from jobsd.http.protocols import DaemonView
 from jobsd.http.server import serve
 from jobsd.http.settings import HttpSettings
-from jobsd.http.tokens import create_token
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token
 from jobsd.settings import Settings
+
+OPERATOR = Caller.as_operator("tests")
 
 T = TypeVar("T")
 
@@ -46,7 +49,7 @@ def http_settings(**overrides: Any) -> HttpSettings:
 def make_token(db_url: str, org_id: str, name: str | None = None) -> str:
     """Create a bearer token for ``org_id`` and return it."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, _ = create_token(conn, org_id, name)
+        token, _ = create_token(conn, OPERATOR, org_id, name)
     return token
 
 

@@ -17,8 +17,11 @@ import psycopg
 import pytest
 from apikit import Api, bearer, db_scalar, make_token, running_api, settings_for
 
-from jobsd.http.tokens import revoke_token
 from jobsd.ids import uuid7
+from jobsd.ops import Caller
+from jobsd.ops.tokens import revoke_token
+
+OPERATOR = Caller.as_operator("tests")
 
 pytestmark = pytest.mark.anyio
 
@@ -273,7 +276,7 @@ async def test_tokens_missing_wrong_and_revoked_are_401(db_url: str, token_a: st
             assert r.status_code == 401
         assert (await submit(api, token_a)).status_code == 202
         with psycopg.connect(db_url, autocommit=True) as conn:
-            assert revoke_token(conn, token_a) is not None
+            assert revoke_token(conn, OPERATOR, token_a) is not None
         assert (await submit(api, token_a)).status_code == 401
         # a second token of the same org still works
         assert (await submit(api, make_token(db_url, "acme"))).status_code == 202

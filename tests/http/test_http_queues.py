@@ -30,7 +30,10 @@ from support.jobs import make_job
 from jobsd.admin.roles import RoleNames, create_roles, drop_roles
 from jobsd.http.openapi import openapi_schema
 from jobsd.http.server import serve
-from jobsd.http.tokens import create_token, revoke_token
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token, revoke_token
+
+OPERATOR = Caller.as_operator("tests")
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +41,7 @@ pytestmark = pytest.mark.anyio
 def make_admin_token(db_url: str) -> str:
     """Create an operator's bearer token (admin, of no org) and return it."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, info = create_token(conn, None, "ops", admin=True)
+        token, info = create_token(conn, OPERATOR, None, "ops", admin=True)
     assert info.admin and info.org_id is None
     return token
 
@@ -173,7 +176,7 @@ async def test_tokens_that_are_not_admin_get_403_and_change_nothing(
         before = conn.execute("SELECT * FROM jobsd.queues ORDER BY name").fetchall()
     revoked = make_admin_token(db_url)
     with psycopg.connect(db_url, autocommit=True) as conn:
-        assert revoke_token(conn, revoked) is not None
+        assert revoke_token(conn, OPERATOR, revoked) is not None
     async with running_api(settings_for(db_url)) as api:
         for method, path, body in requests:
             r = await call(api, token_a, method, path, json=body)
@@ -192,8 +195,11 @@ async def test_tokens_that_are_not_admin_get_403_and_change_nothing(
         # the same token still does what it did: submit into its org
         r = await call(api, token_a, "POST", "/jobs", json={"type": "t"})
         assert r.status_code == 202, r.text
-        # an operator token acts for no org: no job is its
-        r = await call(api, admin, "GET", f"/jobs/{r.json()['id']}")
+        # an operator token reads every org's jobs, and submits none: a job needs an org
+        job_id = r.json()["id"]
+        r = await call(api, admin, "GET", f"/jobs/{job_id}")
+        assert r.status_code == 200 and r.json()["org_id"] == "acme", r.text
+        r = await call(api, admin, "POST", "/jobs", json={"type": "t"})
         assert r.status_code == 403 and r.json()["detail"]["code"] == "org_required", r.text
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert conn.execute("SELECT * FROM jobsd.queues ORDER BY name").fetchall() == before

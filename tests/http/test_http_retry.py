@@ -1,7 +1,8 @@
-"""``POST /jobs/{id}/retry`` and the unhandled jobs of ``/health`` (issue 14). A failed or
-cancelled job of the caller's org is queued again with its history; everything else is
-refused with a 409 or a 404, and nothing changes. ``/health`` counts queued jobs whose
-type no live daemon handles, naming the 20 most queued types (the rest under ``_other``)."""
+"""``POST /jobs/{id}/retry`` and the unhandled jobs of ``/health``. A failed or cancelled
+job of the caller's org is retried as a new job, the retried one left as it ended;
+everything else is refused with a 409 or a 404, and nothing changes. ``/health`` counts
+queued jobs whose type no live daemon handles, naming the 20 most queued types (the rest
+under ``_other``)."""
 
 from __future__ import annotations
 
@@ -37,14 +38,19 @@ async def test_retry_endpoint(db_url: str, token_a: str, token_b: str) -> None:
             assert job_row(conn, failed)["status"] == "failed"  # type: ignore[index]
 
             r = await retry(failed, token_a)
-            assert r.status_code == 200, r.text
-            assert (r.json()["status"], r.json()["attempts"]) == ("queued", 1)
+            assert r.status_code == 202, r.text
+            new = r.json()
+            assert (new["status"], new["attempts"], new["retry_of"]) == ("queued", 0, str(failed))
+            assert r.headers["location"].endswith(f"/jobs/{new['id']}")
             last = conn.execute(
                 "SELECT from_status, to_status, worker_id, reason FROM jobsd.job_events "
                 "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
                 (failed,),
             ).fetchone()
-            assert last == ("failed", "queued", "api", "retry")
+            assert last == ("failed", "failed", "api", f"retried as {new['id']}")
+            assert job_row(conn, failed)["status"] == "failed"  # type: ignore[index]
+            again = await retry(failed, token_a)
+            assert again.status_code == 202 and again.json()["id"] == new["id"]
 
             r = await retry(running, token_a)
             assert r.status_code == 409 and r.json()["detail"]["code"] == "job_not_ended"
@@ -52,7 +58,7 @@ async def test_retry_endpoint(db_url: str, token_a: str, token_b: str) -> None:
             assert r.status_code == 409 and r.json()["detail"]["code"] == "job_at_most_once"
             assert job_row(conn, charge)["status"] == "cancelled"  # type: ignore[index]
             r = await retry(charge, token_a, force="true")
-            assert r.status_code == 200 and r.json()["status"] == "queued"
+            assert r.status_code == 202 and r.json()["status"] == "queued"
             r = await api.client.post(f"/jobs/{failed}/retry")
             assert r.status_code == 401
 

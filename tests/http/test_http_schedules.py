@@ -9,17 +9,20 @@ import pytest
 from apikit import bearer, running_api, settings_for
 
 from jobsd.admin.queues import create_queue
-from jobsd.http.tokens import create_token
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token
 from jobsd.periodic import Schedule
 from jobsd.worker.clock import ManualClock
 from jobsd.worker.scheduler import Scheduler, SchedulerSettings
+
+OPERATOR = Caller.as_operator("tests")
 
 pytestmark = pytest.mark.anyio
 
 
 def admin_token(db_url: str) -> str:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, _ = create_token(conn, None, "ops", admin=True)
+        token, _ = create_token(conn, OPERATOR, None, "ops", admin=True)
     return token
 
 

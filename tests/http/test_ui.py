@@ -16,8 +16,11 @@ from psycopg import sql
 from support.history import assert_history_complete
 from support.jobs import job_row, make_job, make_jobs
 
-from jobsd.http.tokens import create_token, revoke_token
 from jobsd.http.ui.session import COOKIE_NAME, SessionSigner
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token, revoke_token
+
+OPERATOR = Caller.as_operator("tests")
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +29,7 @@ CLAIM = {"attempts": sql.SQL("attempts + 1"), "worker_id": "w1"}
 
 def admin_token(db_url: str, org_id: str = "ops") -> str:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, _ = create_token(conn, None, "ui", admin=True)
+        token, _ = create_token(conn, OPERATOR, None, "ui", admin=True)
     return token
 
 
@@ -97,7 +100,7 @@ async def test_a_revoked_token_ends_its_sessions_and_a_forged_cookie_is_refused(
     async with running_api(settings_for(db_url)) as api:
         await login(api.client, token_a)
         with psycopg.connect(db_url, autocommit=True) as conn:
-            assert revoke_token(conn, token_a) is not None
+            assert revoke_token(conn, OPERATOR, token_a) is not None
         gone = await api.client.get("/ui")
         assert gone.status_code == 303 and gone.headers["location"] == "/ui/login"
 
@@ -152,7 +155,7 @@ async def test_the_overview_counts_by_queue_and_an_org_sees_its_own_jobs(
         assert default[6:8] == ["4", "1"]  # succeeded and failed in the last hour
         assert "boom: disk full" in html and "globex secret" not in html
         assert "/ui/queues/mail/pause" not in html and "/ui/queues/mail/resume" not in html
-        assert "Daemons are shown to admin tokens" in html
+        assert "Daemons are shown to operators" in html
 
         api.client.cookies.clear()
         await login(api.client, admin_token(db_url))
@@ -313,7 +316,7 @@ async def test_cancel_needs_the_csrf_token_and_is_recorded_with_its_actor(
         assert note["worker_id"].startswith("ui:acme:")
 
         finished = await api.client.post(f"/ui/jobs/{done}/cancel", data={"csrf": csrf})
-        assert finished.status_code == 409 and "nothing to cancel" in finished.text
+        assert finished.status_code == 409 and "already succeeded" in finished.text
         other = await api.client.post(f"/ui/jobs/{theirs}/cancel", data={"csrf": csrf})
         assert other.status_code == 404
         with psycopg.connect(db_url, autocommit=True) as conn:
@@ -378,7 +381,7 @@ async def test_only_an_admin_pauses_and_resumes_a_queue(db_url: str, token_a: st
         assert (await api.client.get("/ui")).status_code == 303
 
 
-async def test_retry_gives_a_failed_job_a_new_attempt_recorded_with_the_actor(
+async def test_retry_makes_a_new_job_links_both_and_records_the_actor(
     db_url: str, token_a: str
 ) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -392,12 +395,22 @@ async def test_retry_gives_a_failed_job_a_new_attempt_recorded_with_the_actor(
         assert (await api.client.post(f"/ui/jobs/{failed}/retry")).status_code == 403
         ok = await api.client.post(f"/ui/jobs/{failed}/retry", data={"csrf": csrf})
         assert ok.status_code == 303, ok.text
-        last = events(db_url, failed)[-1]
-        assert (last["from_status"], last["to_status"]) == ("failed", "queued")
-        assert last["worker_id"].startswith("ui:acme:")
         with psycopg.connect(db_url, autocommit=True) as conn:
             row = job_row(conn, failed)
-        assert row is not None and row["status"] == "queued" and row["attempts"] == 1
+            new = conn.execute("SELECT id FROM jobsd.jobs WHERE retry_of = %s", (failed,))
+            new_id = new.fetchone()[0]  # type: ignore[index]
+        assert ok.headers["location"].startswith(f"/ui/jobs/{new_id}?")
+        last = events(db_url, failed)[-1]
+        assert (last["from_status"], last["to_status"]) == ("failed", "failed")
+        assert last["reason"] == f"retried as {new_id}"
+        assert last["worker_id"].startswith("ui:acme:")
+        assert row is not None and row["status"] == "failed" and row["attempts"] == 1
+        # the pages link both ways; the retried job offers no second retry
+        old_page = await api.client.get(f"/ui/jobs/{failed}")
+        assert f'href="/ui/jobs/{new_id}"' in old_page.text
+        assert f"/ui/jobs/{failed}/retry" not in old_page.text
+        new_page = await api.client.get(f"/ui/jobs/{new_id}")
+        assert f'href="/ui/jobs/{failed}"' in new_page.text and "A retry of" in new_page.text
 
         refused = await api.client.post(f"/ui/jobs/{queued}/retry", data={"csrf": csrf})
         assert refused.status_code == 409 and "only a failed or cancelled job" in refused.text

@@ -22,7 +22,8 @@ from jobsd.client import Client, JobSpec, SyncClient
 from jobsd.errors import DuplicateJob
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
-from jobsd.http.tokens import create_token
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token
 from jobsd.settings import Settings
 from jobsd.store import api as api_queries
 from jobsd.store import queries
@@ -30,6 +31,8 @@ from jobsd.store.db import make_async_pool
 from jobsd.worker.executor import ERROR_MAX_BYTES
 
 from .conftest import FAST, Roles
+
+OPERATOR = Caller.as_operator("tests")
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +52,7 @@ async def api_as(url: str, **http: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 def _bearer(db_url: str, org_id: str) -> dict[str, str]:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, _ = create_token(conn, org_id, "tests")
+        token, _ = create_token(conn, OPERATOR, org_id, "tests")
     return {"Authorization": f"Bearer {token}"}
 
 

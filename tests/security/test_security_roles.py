@@ -137,7 +137,13 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "queue_resume",
     }
     assert _routines(url, names.admin) == administration | {"schedule_info"}
-    api_reads = {"api_token_lookup", "done_notify_key"}
+    api_reads = {
+        "api_token_lookup",
+        "done_notify_key",
+        "ui_session_start",
+        "ui_session_lookup",
+        "ui_session_end",
+    }
     assert _routines(url, names.api) == administration | {"schedule_info", "job_retry"} | api_reads
     assert _routines(url, names.enqueue) == api_reads | {"job_retry"}
     listing = {"queue_info", "unhandled_jobs", "schedule_info"}

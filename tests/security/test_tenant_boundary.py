@@ -32,13 +32,16 @@ from jobsd.cli import main as jobsd_main
 from jobsd.errors import ConfigError
 from jobsd.http.app import create_app
 from jobsd.http.settings import HttpSettings
-from jobsd.http.tokens import create_token
+from jobsd.ops import Caller
+from jobsd.ops.tokens import create_token
 from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import api as api_store
 from jobsd.store import migrate, queries
 
 from .conftest import FAST, Roles, url_as
+
+OPERATOR = Caller.as_operator("tests")
 
 
 def _scalar(url: str, query: str, *params: Any) -> Any:
@@ -206,7 +209,7 @@ async def _serving(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 def _token(db_url: str, org_id: str | None, *, admin: bool = False) -> dict[str, str]:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        token, _ = create_token(conn, org_id, "t", admin=admin)
+        token, _ = create_token(conn, OPERATOR, org_id, "t", admin=admin)
     return {"Authorization": f"Bearer {token}"}
 
 
@@ -226,7 +229,7 @@ async def test_the_enqueue_role_and_an_org_admin_token_cannot_pause_limit_or_dro
         conn.execute("INSERT INTO jobsd.queues (name) VALUES ('mail')")
         make_job(conn, org_id="globex", queue="mail", status="succeeded")
         # an admin token made for an org before migration 0012
-        token, _ = create_token(conn, "acme", "old")
+        token, _ = create_token(conn, OPERATOR, "acme", "old")
         conn.execute("UPDATE jobsd.api_tokens SET admin = true WHERE org_id = 'acme'")
     org_admin = {"Authorization": f"Bearer {token}"}
     before = _queues(db)

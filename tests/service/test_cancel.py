@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -13,8 +14,10 @@ import pytest
 from support.history import assert_history_complete_async
 
 import jobsd
+from jobsd.errors import JobNotFound
+from jobsd.ops import Caller
+from jobsd.ops.cancel import CancelOutcome, cancel_job
 from jobsd.registry import Registry
-from jobsd.store import queries
 
 from .conftest import (
     ADb,
@@ -29,8 +32,9 @@ from .test_sweeper import make_zombie
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
-async def cancel(db: ADb, job_id: object) -> queries.CancelOutcome:
-    return await queries.cancel_job(db, job_id, actor="test", reason="cancelled by test")  # type: ignore[arg-type]
+async def cancel(db: ADb, job_id: object) -> CancelOutcome:
+    caller = Caller.as_operator("test")
+    return await cancel_job(db, caller, uuid.UUID(str(job_id)), reason="cancelled by test")
 
 
 async def test_a_job_not_started_is_cancelled_at_once_and_frees_its_dedup_key(
@@ -45,7 +49,7 @@ async def test_a_job_not_started_is_cancelled_at_once_and_frees_its_dedup_key(
         assert done.action == "cancelled"
         assert done.job is not None and done.job.status == "cancelled"
         again = await cancel(db, job.id)
-        assert again.action == "none" and again.job is not None
+        assert again.action == "cancelled" and not again.changed
     assert (await events_of(db, later.id))[-1] == (
         "scheduled",
         "cancelled",
@@ -54,8 +58,8 @@ async def test_a_job_not_started_is_cancelled_at_once_and_frees_its_dedup_key(
     )
     row = await fetch_job(db, queued.id)
     assert row["dedup_key"] is None and row["finished_at"] is not None
-    missing = await cancel(db, "00000000-0000-7000-8000-000000000000")
-    assert missing == queries.CancelOutcome("none", None)
+    with pytest.raises(JobNotFound):
+        await cancel(db, "00000000-0000-7000-8000-000000000000")
     await assert_history_complete_async(db)
 
 

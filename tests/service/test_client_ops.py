@@ -88,16 +88,16 @@ async def test_wait_gives_the_job_as_it_is_at_the_timeout(
         await client.wait(job_id, timeout_s=-1)
 
 
-async def test_a_failed_job_retried_runs_again_with_both_attempts_in_its_history(
+async def test_a_failed_job_retried_runs_again_as_a_new_job_and_stays_failed(
     db_url: str, db: ADb, client: jobsd.Client
 ) -> None:
     registry = Registry()
-    runs: list[int] = []
+    runs: list[tuple[uuid.UUID, int]] = []
 
     @jobsd.handler("flaky", registry=registry)
     async def flaky(ctx: jobsd.JobContext) -> None:
-        runs.append(ctx.attempt)
-        if ctx.attempt == 1:
+        runs.append((ctx.id, ctx.attempt))
+        if len(runs) == 1:
             raise RuntimeError("first try fails")
 
     job = await client.enqueue("flaky", org_id="acme")
@@ -107,22 +107,24 @@ async def test_a_failed_job_retried_runs_again_with_both_attempts_in_its_history
         with pytest.raises(JobNotFound):
             await client.retry(job.id, org_id="globex")
         retried = await client.retry(job.id, actor="alice")
-        assert (retried.status, retried.attempts) == ("queued", 1)
-        done = await client.wait(job.id, timeout_s=20)
-    assert (done.status, done.attempts, runs) == ("succeeded", 2, [1, 2])
+        assert (retried.status, retried.attempts, retried.retry_of) == ("queued", 0, job.id)
+        done = await client.wait(retried.id, timeout_s=20)
+    assert (done.status, done.attempts) == ("succeeded", 1)
+    assert runs == [(job.id, 1), (retried.id, 1)]
+    still = await client.get(job.id)
+    assert (still.status, still.retried_as) == ("failed", retried.id)
     history = await events_of(db, job.id)
     assert [(f, t, a) for f, t, a, _ in history] == [
         (None, "queued", 0),
         ("queued", "running", 1),
         ("running", "failed", 1),
-        ("failed", "queued", 1),
-        ("queued", "running", 2),
-        ("running", "succeeded", 2),
+        ("failed", "failed", 1),
     ]
     cur = await db.execute(
-        "SELECT worker_id FROM jobsd.job_events WHERE job_id = %s AND reason = 'retry'", (job.id,)
+        "SELECT worker_id, reason FROM jobsd.job_events WHERE job_id = %s ORDER BY id LIMIT 1",
+        (retried.id,),
     )
-    assert await cur.fetchall() == [{"worker_id": "alice"}]
+    assert await cur.fetchall() == [{"worker_id": "alice", "reason": f"retry of {job.id}"}]
     await assert_history_complete_async(db)
 
 
@@ -135,7 +137,7 @@ async def test_cancel_and_list_on_the_client(db_url: str, db: ADb, client: jobsd
     assert done.action == "cancelled" and done.job is not None
     await wait_status(db, queued.id, "cancelled")
     again = await client.cancel(queued.id)
-    assert again.action == "none"
+    assert again.action == "cancelled" and not again.changed
     with pytest.raises(JobNotFound):
         await client.cancel(uuid.uuid4())
     page = await client.list(org_id="acme")
@@ -146,7 +148,7 @@ async def test_cancel_and_list_on_the_client(db_url: str, db: ADb, client: jobsd
     assert [j.id for j in page.jobs] == [queued.id]
     assert [j.id for j in (await client.list(status="cancelled")).jobs] == [queued.id]
     retried = await client.retry(queued.id)
-    assert retried.status == "queued"
+    assert retried.status == "queued" and retried.retry_of == queued.id
 
 
 def test_the_sync_client_does_the_same(db_url: str) -> None:
@@ -155,9 +157,12 @@ def test_the_sync_client_does_the_same(db_url: str) -> None:
         assert client.cancel(job.id).action == "cancelled"
         assert client.wait(job.id, timeout_s=5).status == "cancelled"
         assert [j.id for j in client.list(type="t").jobs] == [job.id]
-        assert client.retry(job.id, actor="script").status == "queued"
+        retried = client.retry(job.id, actor="script")
+        assert retried.status == "queued" and retried.retry_of == job.id
+        assert client.retry(job.id).id == retried.id  # once
         with pytest.raises(RetryRefused, match="it is queued"):
-            client.retry(job.id)
-        assert client.wait(job.id, timeout_s=0.1).status == "queued"
+            client.retry(retried.id)
+        assert client.wait(retried.id, timeout_s=0.1).status == "queued"
+        assert client.get(job.id).retried_as == retried.id
         with pytest.raises(JobNotFound):
             client.cancel(uuid.uuid4())

@@ -18,6 +18,8 @@ from support.jobs import make_job
 
 import jobsd
 from jobsd.models import Job
+from jobsd.ops import Caller
+from jobsd.ops.cancel import cancel_job
 from jobsd.recovery import AMBIGUOUS, RERUN, Recovery, succeeded
 from jobsd.registry import Registry
 from jobsd.store import queries
@@ -172,7 +174,7 @@ async def test_every_ambiguous_end_of_an_at_most_once_job_asks_recover(
             cancel = await client.enqueue("publish", {"case": "cancel"}, org_id="acme")
             with anyio.fail_after(10):
                 await started["cancel"].wait()
-            await queries.cancel_job(db, cancel.id, actor="test", reason="cancelled by test")
+            await cancel_job(db, Caller.as_operator("test"), cancel.id, reason="cancelled by test")
             rows = {
                 "timeout": await wait_status(db, timed.id, "succeeded"),
                 "cancel": await wait_status(db, cancel.id, "cancelled"),

@@ -14,6 +14,8 @@ from support.daemon import running_daemon
 
 import jobsd
 from jobsd.errors import DatabaseError
+from jobsd.ops import Caller
+from jobsd.ops.cancel import cancel_job
 from jobsd.registry import Registry
 from jobsd.store import queries
 from jobsd.store.db import AsyncPool
@@ -80,7 +82,7 @@ async def test_cancelling_the_head_of_a_10000_chain_ends_it_and_others_still_run
         return {"ran": True}
 
     async with running_daemon(make_settings(db_url), registry) as daemon:
-        done = await queries.cancel_job(db, head, actor="op", reason="cancelled by operator")
+        done = await cancel_job(db, Caller.as_operator("op"), head, reason="cancelled by operator")
         assert done.action == "cancelled"
         async with jobsd.Client(db_url) as client:
             unrelated = await client.enqueue("other", org_id="acme")
@@ -133,7 +135,7 @@ async def test_a_failed_head_fails_a_diamond_once_per_job(
         "JOIN lattice AS p ON p.layer = c.layer - 1",
         (head,),
     )
-    await queries.cancel_job(db, head, actor="op", reason="stop")
+    await cancel_job(db, Caller.as_operator("op"), head, reason="stop")
     assert conn.execute(
         "SELECT status, count(*) FROM jobsd.jobs WHERE type = 'node' GROUP BY status"
     ).fetchall() == [("failed", 60)]

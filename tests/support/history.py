@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 
 __all__ = ["assert_history_complete", "assert_history_complete_async", "history_problems"]
 
-from jobsd.models import INITIAL_STATES, RETRY_TRANSITIONS, TRANSITIONS, JobStatus
+from jobsd.models import INITIAL_STATES, TRANSITIONS, JobStatus
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
@@ -52,12 +52,10 @@ def history_problems(
         for event in chain[1:]:
             before, after = event["from_status"], event["to_status"]
             if before == after:
-                # a note, not a transition: a discarded result (fencing evidence), or
-                # a cancel request from the dashboard
+                # a note, not a transition: a discarded result (fencing evidence), a
+                # cancel request, a retry made
                 if not _is_note(event):
                     problems.append(f"{job_id}: {before!r} -> itself without a discard note")
-                continue
-            if _is_retry(event):
                 continue
             if before in TRANSITIONS and JobStatus(after) not in TRANSITIONS[JobStatus(before)]:
                 problems.append(f"{job_id}: illegal transition {before!r} -> {after!r}")
@@ -68,7 +66,7 @@ def history_problems(
                     f"{after['from_status']!r} -> {after['to_status']!r}"
                 )
             # a discard note on an ended job leaves its state as it is
-            if before["to_status"] in TERMINAL and not _is_note(after) and not _is_retry(after):
+            if before["to_status"] in TERMINAL and not _is_note(after):
                 problems.append(f"{job_id}: left terminal state {before['to_status']!r}")
             if after["attempt"] < before["attempt"]:
                 problems.append(f"{job_id}: attempt went down to {after['attempt']}")
@@ -89,10 +87,10 @@ def history_problems(
 
 
 def _is_note(event: Mapping[str, Any]) -> bool:
-    """Tell a note (from = to: a discarded result, a dashboard's cancel request) from a
-    transition."""
+    """Tell a note (from = to: a discarded result, a cancel request, a retry made) from
+    a transition."""
     return event["from_status"] == event["to_status"] and str(event.get("reason") or "").startswith(
-        ("result discarded", "cancel requested")
+        ("result discarded", "cancel requested", "retried as")
     )
 
 
@@ -121,14 +119,3 @@ async def assert_history_complete_async(conn: psycopg.AsyncConnection[Any]) -> i
         events = await (await cur.execute(_EVENTS)).fetchall()
     _report(history_problems(jobs, events), len(jobs))
     return len(jobs)
-
-
-def _is_retry(event: Mapping[str, Any]) -> bool:
-    """Tell an explicit retry (failed or cancelled -> queued, reason ``retry``)."""
-    before = event["from_status"]
-    return (
-        before is not None
-        and JobStatus(before) in RETRY_TRANSITIONS
-        and JobStatus(event["to_status"]) in RETRY_TRANSITIONS[JobStatus(before)]
-        and str(event.get("reason") or "").startswith("retry")
-    )

@@ -21,8 +21,8 @@ from jobsd.http.metrics import JobsdCollector
 from jobsd.http.routes import decode_cursor, encode_cursor
 from jobsd.http.schemas import HealthReport
 from jobsd.http.settings import HttpSettings, parse_addr
-from jobsd.http.tokens import hash_token, looks_like_token, new_token
 from jobsd.http.waiter import DoneWaiter
+from jobsd.ops.tokens import hash_token, looks_like_token, new_token
 from jobsd.settings import Settings
 from jobsd.store.api import done_payload
 

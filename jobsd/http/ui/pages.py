@@ -1,44 +1,52 @@
 """The dashboard's pages: overview, jobs list, one job (and its live figures).
 
-Pages are rendered on the server. Reads go through ``ApiBackend.read``; an org's
-session sees its org only, an admin's every org. The routes are assembled here:
-login (``web``), pages, actions (``actions``).
+Pages are rendered on the server. Reads are the operations of ``jobsd.ops`` as the
+viewer's caller, through ``ApiBackend.read``: an org's session sees its org only, an
+operator's every org. A filter is checked as the API checks it
+(``schemas.check_job_filters``): bad input is a 400 page, never a database error.
+The routes are assembled here: login (``web``), pages, actions (``actions``).
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from jobsd.errors import JobNotFound
 from jobsd.http.backend import ApiBackend
 from jobsd.http.health import build_report
 from jobsd.http.routes import decode_cursor, encode_cursor
+from jobsd.http.schemas import check_job_filters
 from jobsd.http.ui import views
 from jobsd.http.ui.actions import add_actions
 from jobsd.http.ui.web import Ui, Viewer, add_login_routes, headers, job_id_of
-from jobsd.models import JobStatus
-from jobsd.store import ui as store
-from jobsd.store.db import AsyncConn
+from jobsd.models import JobView
+from jobsd.ops import Act, may
+from jobsd.ops.get import get_job
+from jobsd.ops.overview import read_overview
 
 __all__ = ["PAGE_SIZE", "ui_router"]
 
 PAGE_SIZE = 50
+# failed jobs the overview lists
+FAILURES = 10
 
-T = TypeVar("T")
+
+def _utc(value: datetime) -> datetime:
+    """Return ``value`` in UTC (naive: taken as UTC); ValueError when UTC cannot hold it."""
+    try:
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00+01:00: before the year 1 in UTC
+        raise ValueError(f"{value.isoformat()} is out of range") from None
 
 
 def _parse_time(text: str | None) -> datetime | None:
     """Read a filter time (ISO 8601, e.g. from <input type=datetime-local>) as UTC."""
-    if not text:
-        return None
-    value = datetime.fromisoformat(text)
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return _utc(datetime.fromisoformat(text)) if text else None
 
 
 def ui_router(backend: ApiBackend) -> APIRouter:
@@ -48,19 +56,23 @@ def ui_router(backend: ApiBackend) -> APIRouter:
     add_login_routes(router, ui)
 
     async def overview(request: Request, viewer: Viewer) -> Response:
-        rows = await ui.backend.read("overview", views.queue_rows, viewer.scope)
-        workers = await ui.backend.read("daemons", store.workers) if viewer.grant.admin else []
-        failures = await ui.backend.read("recent failures", store.recent_failures, viewer.scope)
-        report = await build_report(ui.backend)
+        caller = viewer.caller
+        seen = await ui.backend.read(
+            "overview", read_overview, caller, minutes=views.CHART_MINUTES, failures=FAILURES
+        )
+        # the health warnings name every org's job types and counts: an operator's
+        every_org = may(caller, Act.SEE_EVERY_ORG)
+        warnings = (await build_report(ui.backend)).warnings if every_org else []
         return ui.render(
             request,
             "overview.html",
             viewer,
             title="Overview",
-            queues=rows,
-            workers=workers,
-            failures=failures,
-            warnings=report.warnings,
+            queues=views.queue_rows(seen),
+            # None: this API's role may not read the daemons (the page says so)
+            workers=seen.workers if every_org else [],
+            failures=seen.failures,
+            warnings=warnings,
             chart=views,
             flash=request.query_params.get("done"),
         )
@@ -69,29 +81,29 @@ def ui_router(backend: ApiBackend) -> APIRouter:
 
     async def jobs_list(request: Request, viewer: Viewer) -> Response:
         q = request.query_params
-        try:
-            status = JobStatus(q["status"]) if q.get("status") else None
-            after = decode_cursor(q["cursor"]) if q.get("cursor") else None
+        try:  # the API's own checks (schemas.check_job_filters), then the times
+            checked = check_job_filters(
+                status=q.get("status"),
+                type=q.get("type"),
+                queue=q.get("queue"),
+                org_id=q.get("org"),
+                cursor=q.get("cursor"),
+            )
+            after = decode_cursor(checked.cursor) if checked.cursor else None
+            if after is not None:
+                after = replace(after, created_at=_utc(after.created_at))
             since, until = _parse_time(q.get("since")), _parse_time(q.get("until"))
         except ValueError as exc:
             return ui.error_page(request, viewer, 400, f"bad filter: {exc}")
-        queue = q.get("queue") or None
-        org = q.get("org") or None
-        filters = views.JobFilter(
-            org_id=org,
-            status=status,
-            type=q.get("type") or None,
-            queue=queue,
-            since=since,
-            until=until,
-        )
+        chosen = checked.model_dump(exclude={"cursor"})
+        filters = views.JobFilter(**chosen, since=since, until=until)
         found = await ui.backend.read(
             "job listing",
             views.jobs_page,
+            viewer.caller,
             filters,
             after=after,
             limit=PAGE_SIZE,
-            scope=viewer.scope,
         )
         next_url = None
         if found.next is not None:
@@ -111,19 +123,19 @@ def ui_router(backend: ApiBackend) -> APIRouter:
 
     router.add_api_route("/jobs", ui.page(jobs_list), methods=["GET"])
 
-    async def read_job(
-        request: Request,
-        viewer: Viewer,
-        operation: str,
-        read: Callable[[AsyncConn, uuid.UUID, str | None], Awaitable[T | None]],
-    ) -> T | None:
+    async def read_job(request: Request, viewer: Viewer) -> JobView | None:
         """Read the job of the path as the viewer may see it (None: no such job)."""
         job_id = job_id_of(request)
-        return await ui.backend.read(operation, read, job_id, viewer.scope) if job_id else None
+        if job_id is None:
+            return None
+        try:
+            return await ui.backend.read(f"read of job {job_id}", get_job, viewer.caller, job_id)
+        except JobNotFound:
+            return None
 
     async def job_page(request: Request, viewer: Viewer) -> Response:
-        view = await read_job(request, viewer, "job page", views.job_view)
-        if view is None:
+        read = await read_job(request, viewer)
+        if read is None:
             return ui.error_page(
                 request, viewer, 404, f"job {request.path_params['job_id']} not found"
             )
@@ -131,21 +143,21 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             request,
             "job.html",
             viewer,
-            title=f"Job {view.job['type']}",
-            v=view,
+            title=f"Job {read.job.type}",
+            v=views.job_page(read),
             flash=request.query_params.get("done"),
         )
 
     router.add_api_route("/jobs/{job_id}", ui.page(job_page), methods=["GET"])
 
     async def job_json(request: Request, viewer: Viewer) -> Response:
-        row = await read_job(request, viewer, "job progress", store.get_job)
-        if row is None:
+        read = await read_job(request, viewer)
+        if read is None:
             return JSONResponse({"detail": "not found"}, status_code=404, headers=headers())
-        progress = views.progress_of(row.get("progress"))
+        progress = views.progress_of(read.job.progress)
         return JSONResponse(
             {
-                "status": row["status"],
+                "status": str(read.job.status),
                 "done": progress[0] if progress else None,
                 "total": progress[1] if progress else None,
             },

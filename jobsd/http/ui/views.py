@@ -1,7 +1,9 @@
-"""What each dashboard page shows, gathered from the store: plain data for the templates.
+"""What each dashboard page shows: the reads of ``jobsd.ops`` shaped as plain data for
+the templates (and ``jobsd top``).
 
-Nothing here renders HTML. The throughput chart is computed as bar geometry (an
-inline SVG in the template needs no script and no style attribute).
+Nothing here renders HTML or decides who sees what (the ops did, for the caller). The
+throughput chart is computed as bar geometry (an inline SVG in the template needs no
+script and no style attribute).
 """
 
 from __future__ import annotations
@@ -9,21 +11,20 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from jobsd.admin.queues import list_queues
-from jobsd.models import OPEN_STATES, JobEvent, JobStatus, last_progress_at
-from jobsd.store import jobs_ops
-from jobsd.store import ui as store
-from jobsd.store.api import Cursor
-from jobsd.store.db import AsyncConn
+from jobsd.models import OPEN_STATES, Job, JobEvent, JobStatus, last_progress_at
+from jobsd.models import JobView as JobRead
+from jobsd.ops import AsyncConn, Caller
+from jobsd.ops.listing import Cursor, JobPage, ListOptions, list_jobs
+from jobsd.ops.overview import Overview
 
 __all__ = [
     "Bar",
     "JobFilter",
     "JobView",
     "QueueRow",
-    "job_view",
+    "job_page",
     "jobs_page",
     "progress_of",
     "queue_rows",
@@ -114,17 +115,12 @@ def _bars(per_minute: dict[int, tuple[int, int]]) -> list[Bar]:
     return bars
 
 
-async def queue_rows(conn: AsyncConn, org_id: str | None) -> list[QueueRow]:
-    """Gather the overview's queues: open jobs by state, last hour, pickup lag, flags.
-
-    ``org_id`` None (an admin) counts every org's jobs; an org counts its own only.
-    """
-    queues = await list_queues(conn)
-    own = await store.open_counts_for_org(conn, org_id) if org_id is not None else None
-    lags = await store.pickup_lag(conn, org_id)
-    minutes = await store.throughput(conn, org_id, minutes=CHART_MINUTES)
+def queue_rows(overview: Overview) -> list[QueueRow]:
+    """Shape the overview's queues: open jobs by state, last hour, pickup lag, flags
+    (the caller's own counts for an org, every org's for an operator)."""
+    own, lags = overview.own_counts, overview.lags
     rows: dict[str, QueueRow] = {}
-    for q in queues:
+    for q in overview.queues:
         counts = q.depth if own is None else {s: own.get(q.name, {}).get(s, 0) for s in OPEN_STATES}
         rows[q.name] = QueueRow(
             name=q.name,
@@ -136,7 +132,7 @@ async def queue_rows(conn: AsyncConn, org_id: str | None) -> list[QueueRow]:
             lag_s=lags.get(q.name),
         )
     per_queue: dict[str, dict[int, tuple[int, int]]] = {}
-    for m in minutes:
+    for m in overview.minutes:
         row = rows.get(m["queue"])
         if row is None:
             continue
@@ -161,23 +157,20 @@ def progress_of(progress: dict[str, Any] | None) -> tuple[int, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """A job page: the row, its history, its progress as (done, total), and while it
+    """A job page: the job, its history, its progress as (done, total), and while it
     runs its handler's last sign of life (``models.last_progress_at``)."""
 
-    job: dict[str, Any]
+    job: Job
     events: list[JobEvent]
     progress: tuple[int, int] | None
     last_progress_at: datetime | None = None
 
 
-async def job_view(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> JobView | None:
-    """Read a job and its history (of ``org_id``, or any org); None when not visible."""
-    row = await store.get_job(conn, job_id, org_id)
-    if row is None:
-        return None
-    events = await store.job_events(conn, job_id, org_id)
-    last = last_progress_at(str(row["status"]), row.get("progress"), row.get("started_at"))
-    return JobView(row, events, progress_of(row.get("progress")), last)
+def job_page(read: JobRead) -> JobView:
+    """Shape a job read with its history (``ops.get``) for its page."""
+    job = read.job
+    last = last_progress_at(job.status, job.progress, job.started_at)
+    return JobView(job, read.history, progress_of(job.progress), last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,30 +186,26 @@ class JobFilter:
     until: datetime | None = None
     """created before"""
 
+    def options(self) -> ListOptions:
+        """Return the filters as ``ops.listing`` takes them (``until`` becomes a cursor)."""
+        names = ("org_id", "status", "type", "queue", "since")
+        return cast(ListOptions, {name: getattr(self, name) for name in names})
+
 
 _FIRST_ID = uuid.UUID(int=0)
 
 
 async def jobs_page(
-    conn: AsyncConn, filters: JobFilter, *, after: Cursor | None, limit: int, scope: str | None
-) -> jobs_ops.JobPage:
-    """List a page of jobs, newest first, with the shared ``list_jobs``.
+    conn: AsyncConn, caller: Caller, filters: JobFilter, *, after: Cursor | None, limit: int
+) -> JobPage:
+    """List a page of jobs, newest first, as ``caller`` may see them (``ops.listing``).
 
-    ``scope`` is the viewer's org (None: an admin, every org); ``filters.org_id``
-    narrows an admin's list to one org. An org's list never leaves its org. ``until``
-    is a keyset bound: jobs created before it, ``(created_at, id) < (until, 0)``.
+    ``filters.org_id`` narrows an operator's list to one org (an org's caller sees its
+    own jobs only). ``until`` is a keyset bound: jobs created before it,
+    ``(created_at, id) < (until, 0)``.
     """
-    if scope is not None and filters.org_id not in (None, scope):
-        return jobs_ops.JobPage([], None)
     if filters.until is not None and (after is None or filters.until <= after.created_at):
         after = Cursor(filters.until, _FIRST_ID)
-    return await jobs_ops.list_jobs(
-        conn,
-        status=filters.status,
-        type=filters.type,
-        queue=filters.queue,
-        org_id=scope or filters.org_id,
-        since=filters.since,
-        after=after,
-        limit=limit,
-    )
+    options = filters.options()
+    options["after"], options["limit"] = after, limit
+    return await list_jobs(conn, caller, **options)

@@ -1,9 +1,11 @@
 """What every dashboard route stands on: the session, the page wrapper, templates, forms.
 
 ``Ui`` holds the templates (Jinja2, autoescaped), the session signer and the API's
-backend. ``Ui.page`` wraps a route: no valid session sends GETs to the login page;
-a POST must come from our own pages (Origin), fit in a small form and carry the
-session's CSRF token; a database error becomes an error page (503 while it is away).
+backend. ``Ui.page`` wraps a route: no live session (a signed cookie naming a row of
+``jobsd.ui_sessions`` that has not ended, not expired, and whose token is not
+revoked) sends GETs to the login page; a POST must come from our own pages
+(Origin), fit in a small form and carry the session's CSRF token; a database error
+becomes an error page (503 while it is away). Logging out ends the session's row.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from jobsd.errors import BackendUnavailable, DatabaseError
-from jobsd.http import tokens
 from jobsd.http.backend import ApiBackend
 from jobsd.http.ui.session import COOKIE_NAME, Session, SessionSigner
 from jobsd.http.ui.views import span
 from jobsd.models import JobStatus
-from jobsd.store.tokens import TokenGrant, find_token
+from jobsd.ops import Caller, tokens
+from jobsd.ops.tokens import TokenGrant, end_session, find_session, start_session
 
 __all__ = [
     "STATIC_DIR",
@@ -62,9 +64,10 @@ class Viewer:
     csrf: str
 
     @property
-    def scope(self) -> str | None:
-        """Return the org whose jobs are visible, or None for an admin (every org)."""
-        return None if self.grant.admin else self.grant.org_id
+    def caller(self) -> Caller:
+        """Return the caller the viewer's token stands for (``Caller.of_grant``): an
+        org's token acts for its org, whatever its admin flag."""
+        return Caller.of_grant(self.grant, self.actor)
 
     @property
     def actor(self) -> str:
@@ -131,13 +134,16 @@ class Ui:
         return self.render(request, "error.html", viewer, status, title="Error", message=message)
 
     async def viewer_of(self, request: Request) -> Viewer | None:
+        """Return who holds the request's session, or None when it is not live."""
         session = self.signer.read(request.cookies.get(COOKIE_NAME))
-        if session is None:
+        if session is None or session.session_id is None:
             return None
-        grant = await self.backend.read("token lookup", find_token, session.token_hash)
-        if grant is None:
+        live = await self.backend.read(
+            "dashboard session lookup", find_session, session.session_id, session.token_hash
+        )
+        if live is None:
             return None
-        return Viewer(grant, session, self.signer.csrf_token(session))
+        return Viewer(live.grant, session, self.signer.csrf_token(session))
 
     def page(
         self,
@@ -188,22 +194,29 @@ def add_login_routes(router: APIRouter, ui: Ui) -> None:
             return ui.error_page(request, None, 403, "cross-site request refused")
         form = await read_form(request) or {}
         token = form.get("token", "").strip()
-        grant = None
+        token_hash = tokens.hash_token(token)
+        opened = None
         if tokens.looks_like_token(token):
             try:
-                grant = await ui.backend.read("token lookup", find_token, tokens.hash_token(token))
+                opened = await ui.backend.read(
+                    "dashboard login", start_session, token_hash, ui.signer.ttl_s
+                )
             except BackendUnavailable as exc:
                 return ui.error_page(request, None, 503, f"the database is unavailable: {exc}")
-        if grant is None:
+            except DatabaseError as exc:
+                log.error("ui.database_error", exc_info=True)
+                return ui.error_page(request, None, 500, f"database error: {exc}")
+        if opened is None:
             log.info("ui.login_refused")
             return ui.render(
                 request, "login.html", None, 401, title="Log in", error="unknown or revoked token"
             )
+        grant = opened.grant
         log.info("ui.login", extra={"org_id": grant.org_id, "token_id": str(grant.id)})
         response = RedirectResponse("/ui", status_code=303, headers=headers())
         response.set_cookie(
             COOKIE_NAME,
-            ui.signer.make(tokens.hash_token(token)),
+            ui.signer.make(token_hash, session_id=opened.id),
             max_age=int(ui.signer.ttl_s),
             path="/ui",
             httponly=True,
@@ -213,6 +226,12 @@ def add_login_routes(router: APIRouter, ui: Ui) -> None:
         return response
 
     async def logout(request: Request, viewer: Viewer) -> Response:
+        session = viewer.session
+        if session.session_id is not None:  # always, for a viewer: it is a live session
+            await ui.backend.read(
+                "dashboard logout", end_session, session.session_id, session.token_hash
+            )
+        log.info("ui.logout", extra={"actor": viewer.actor})
         response = RedirectResponse("/ui/login", status_code=303, headers=headers())
         response.delete_cookie(COOKIE_NAME, path="/ui", httponly=True, samesite="strict")
         return response
@@ -242,7 +261,11 @@ def same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    return urlsplit(origin).netloc == request.headers.get("host", "")
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # e.g. "http://[": no origin of ours
+        return False
+    return netloc == request.headers.get("host", "")
 
 
 def job_id_of(request: Request) -> uuid.UUID | None:
