@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jobsd.cli.common import require_url
+from jobsd.cli.common import check_url, require_url
 from jobsd.cli.errors import friendly_errors
 
 __all__ = ["api"]
@@ -21,15 +21,15 @@ __all__ = ["api"]
 @friendly_errors
 def api(addr: str) -> None:
     """Serve the HTTP API alone (no workers) until SIGTERM or SIGINT."""
+    from jobsd.http.preflight import check_api
     from jobsd.http.server import run_api
     from jobsd.http.settings import HttpSettings
     from jobsd.logs import setup_logging
     from jobsd.settings import Settings
-    from jobsd.store.connect import check_url
 
     settings = Settings()
-    url = require_url(settings)
+    require_url(settings)
     http = HttpSettings(http_addr=addr)
     setup_logging(settings.log_level, settings.log_format)
-    check_url(http.api_database_url or url)  # a refusal is the first word, before the start
+    check_api(settings, http, check_url=check_url)  # a refusal is the first word
     run_api(settings, http)

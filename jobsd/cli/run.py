@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from jobsd.cli.common import load_settings, require_url
+from jobsd.cli.common import check_url, load_settings, require_url
 from jobsd.cli.errors import friendly_errors
 from jobsd.errors import BackendUnavailable, ConfigError
 
@@ -30,10 +30,11 @@ def run(slots: int | None, allow_empty: bool) -> None:
     The modules of JOBSD_HANDLERS are imported first; the current directory is
     searched too, after the installed packages.
     """
+    from jobsd.http.preflight import check_api
+    from jobsd.http.settings import HttpSettings
     from jobsd.logs import setup_logging
     from jobsd.periodic import load_schedules_file
     from jobsd.registry import default_registry
-    from jobsd.store.connect import check_url
     from jobsd.worker.supervisor import import_handlers, run_daemon
 
     settings = load_settings(slots=slots)
@@ -42,6 +43,9 @@ def run(slots: int | None, allow_empty: bool) -> None:
     if settings.schedules:
         load_schedules_file(settings.schedules)  # a bad file is the first word too
     check_url(url)  # a refusal is the first word, before the daemon starts
+    http = HttpSettings()  # the daemon reads them too: a bad one is refused here, first
+    if http.http_addr:
+        check_api(settings, http, check_url=check_url)  # the API it starts: URL, address
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())  # JOBSD_HANDLERS=myapp.jobs from the project's directory
     import_handlers(settings.handlers)
@@ -57,11 +61,11 @@ def run(slots: int | None, allow_empty: bool) -> None:
 def check_schema(url: str) -> None:
     """Refuse to start on a database whose schema is behind; tolerate one that is down."""
 
+    from jobsd.cli.common import pending_migrations
     from jobsd.errors import MigrationError
-    from jobsd.store.migrate import migration_status_sync
 
     try:
-        pending = [m.name for m in migration_status_sync(url) if not m.applied]
+        pending = pending_migrations(url)
     except BackendUnavailable as exc:
         logging.getLogger("jobsd.cli").warning("daemon.schema_unchecked", extra={"error": str(exc)})
         return
