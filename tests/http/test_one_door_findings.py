@@ -18,22 +18,9 @@ import psycopg
 import pytest
 from apikit import bearer, http_settings, running_api, settings_for
 from support.jobs import job_row, make_job
-
-from jobsd.ops.tokens import hash_token, new_token
+from support.tokens import stored_token
 
 pytestmark = pytest.mark.anyio
-
-
-def token(db_url: str, org_id: str | None, *, admin: bool = False) -> str:
-    """Store a token as any version of jobsd could have (an org's admin token included)."""
-    made = new_token()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash, admin) "
-            "VALUES (%s, 'test', %s, %s, %s)",
-            (org_id, made[:12], hash_token(made), admin),
-        )
-    return made
 
 
 async def login(client: httpx.AsyncClient, made: str) -> str:
@@ -65,7 +52,7 @@ def count(db_url: str, query: str, *args: Any) -> int:
 async def test_an_org_token_made_admin_is_an_org_token_in_the_dashboard_too(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         theirs = make_job(conn, org_id="globex", payload={"secret": "globex-only"})
-    old_admin = token(db_url, "acme", admin=True)
+    old_admin = stored_token(db_url, "acme", admin=True)
     async with running_api(settings_for(db_url)) as api:
         # the API: an org's token
         assert (await api.client.get("/queues", headers=bearer(old_admin))).status_code == 403
@@ -83,8 +70,8 @@ async def test_an_org_overview_names_no_other_org_types(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         for _ in range(3):
             make_job(conn, org_id="globex", type="globex_secret_report")
-    acme = token(db_url, "acme")
-    operator = token(db_url, None, admin=True)
+    acme = stored_token(db_url, "acme")
+    operator = stored_token(db_url, None, admin=True)
     async with running_api(settings_for(db_url)) as api:
         await login(api.client, acme)
         overview = await api.client.get("/ui")
@@ -100,7 +87,7 @@ async def test_a_retry_is_admitted_like_a_submission(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO jobsd.queues (name, capacity) VALUES ('small', 3)")
         failed = [make_job(conn, org_id="acme", queue="small", status="failed") for _ in range(6)]
-    acme = bearer(token(db_url, "acme"))
+    acme = bearer(stored_token(db_url, "acme"))
     async with running_api(settings_for(db_url)) as api:
         answers = [
             (await api.client.post(f"/jobs/{job_id}/retry", headers=acme)).status_code
@@ -116,11 +103,9 @@ async def test_a_retry_respects_the_org_quota_and_other_orgs_still_get_in(db_url
         conn.execute("INSERT INTO jobsd.queues (name, org_open_limit) VALUES ('fair', 2)")
         mine = [make_job(conn, org_id="acme", queue="fair", status="failed") for _ in range(4)]
         theirs = make_job(conn, org_id="globex", queue="fair", status="failed")
-    acme, globex = bearer(token(db_url, "acme")), bearer(token(db_url, "globex"))
+    acme, globex = bearer(stored_token(db_url, "acme")), bearer(stored_token(db_url, "globex"))
     async with running_api(settings_for(db_url)) as api:
-        answers = [
-            await api.client.post(f"/jobs/{job_id}/retry", headers=acme) for job_id in mine
-        ]
+        answers = [await api.client.post(f"/jobs/{job_id}/retry", headers=acme) for job_id in mine]
         other = await api.client.post(f"/jobs/{theirs}/retry", headers=globex)
     assert [a.status_code for a in answers] == [202, 202, 429, 429]
     assert answers[-1].json()["detail"]["code"] == "org_quota"
@@ -132,7 +117,7 @@ async def test_a_retry_respects_the_org_quota_and_other_orgs_still_get_in(db_url
 async def test_a_retry_counts_against_the_submission_rate(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         failed = [make_job(conn, org_id="acme", status="failed") for _ in range(3)]
-    acme = bearer(token(db_url, "acme"))
+    acme = bearer(stored_token(db_url, "acme"))
     http = http_settings(submit_rate="2/m")
     async with running_api(settings_for(db_url), http) as api:
         answers = [
@@ -147,7 +132,7 @@ async def test_a_retried_job_stays_as_it_ended(db_url: str, status: str) -> None
     with psycopg.connect(db_url, autocommit=True) as conn:
         job_id = make_job(conn, org_id="acme", status=status)
         before = job_row(conn, job_id)
-    acme = bearer(token(db_url, "acme"))
+    acme = bearer(stored_token(db_url, "acme"))
     async with running_api(settings_for(db_url)) as api:
         answer = await api.client.post(f"/jobs/{job_id}/retry", headers=acme)
         assert answer.status_code == 202, answer.text

@@ -31,11 +31,11 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from apikit import Api, bearer, running_api, settings_for
 from click.testing import CliRunner
 from support.jobs import make_job
+from support.tokens import stored_token
 
 from jobsd.cli.app import main as jobsd_main
 from jobsd.client import Client
 from jobsd.errors import Forbidden, JobNotFound
-from jobsd.ops.tokens import hash_token, new_token
 
 ORG, OTHER = "acme", "globex"
 CALLERS = ("org", "operator", "old_admin")
@@ -46,17 +46,6 @@ START = {"get": "queued", "list": "queued", "cancel": "queued", "retry": "failed
 START["resolve"] = "recovery_required"
 
 Answer = tuple[Any, ...]
-
-
-def _token(db_url: str, org_id: str | None, *, admin: bool) -> str:
-    made = new_token()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash, admin) "
-            "VALUES (%s, 'matrix', %s, %s, %s)",
-            (org_id, made[:12], hash_token(made), admin),
-        )
-    return made
 
 
 @dataclass
@@ -95,9 +84,9 @@ def world(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("JOBSD_DATABASE_URL", db_url)
     monkeypatch.delenv("JOBSD_TOKEN", raising=False)
     tokens = {
-        "org": _token(db_url, ORG, admin=False),
-        "operator": _token(db_url, None, admin=True),
-        "old_admin": _token(db_url, ORG, admin=True),
+        "org": stored_token(db_url, ORG, admin=False),
+        "operator": stored_token(db_url, None, admin=True),
+        "old_admin": stored_token(db_url, ORG, admin=True),
     }
     with (
         start_blocking_portal() as portal,

@@ -21,10 +21,10 @@ import pytest
 from apikit import bearer, running_api, settings_for
 from psycopg import sql
 from support.jobs import job_row, make_job
+from support.tokens import stored_token
 
 from jobsd.http.routes import encode_cursor
 from jobsd.http.ui.session import COOKIE_NAME
-from jobsd.ops.tokens import hash_token, new_token
 
 pytestmark = pytest.mark.anyio
 
@@ -103,18 +103,6 @@ class Scene:
         return self.org, self.admin
 
 
-def make_token(db_url: str, org_id: str | None, *, admin: bool = False) -> str:
-    """Store a new token of ``org_id`` (None: an operator's) and return it."""
-    token = new_token()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash, admin) "
-            "VALUES (%s, 'tests', %s, %s, %s)",
-            (org_id, token[:12], hash_token(token), admin),
-        )
-    return token
-
-
 async def _login(app: object, token: str, admin: bool) -> Browser:
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]
@@ -130,7 +118,7 @@ async def _login(app: object, token: str, admin: bool) -> Browser:
 
 @asynccontextmanager
 async def scene(db_url: str) -> AsyncIterator[Scene]:
-    org_token, admin_token = make_token(db_url, "acme"), make_token(db_url, None, admin=True)
+    org_token, admin_token = stored_token(db_url, "acme"), stored_token(db_url, None, admin=True)
     with psycopg.connect(db_url, autocommit=True) as conn:
         job = make_job(conn, org_id="acme", type="resize")
         claim = {"attempts": sql.SQL("attempts + 1"), "worker_id": "w1"}
@@ -337,7 +325,7 @@ async def test_the_dashboard_refuses_what_the_api_refuses(
     db_url: str, name: str, value: str
 ) -> None:
     async with scene(db_url) as s:
-        api_token = make_token(db_url, "acme")
+        api_token = stored_token(db_url, "acme")
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=s.app),  # type: ignore[arg-type]
             base_url="http://api.test",

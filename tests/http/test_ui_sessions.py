@@ -19,11 +19,12 @@ from apikit import http_settings, running_api, settings_for
 from click.testing import CliRunner
 from psycopg.conninfo import make_conninfo
 from support.jobs import job_row, make_job
+from support.tokens import stored_token
 
 from jobsd.admin.roles import ROLE_KINDS, RoleNames, create_roles, drop_roles
 from jobsd.cli import main as jobsd_main
 from jobsd.http.ui.session import COOKIE_NAME, SessionSigner
-from jobsd.ops.tokens import hash_token, new_token
+from jobsd.ops.tokens import hash_token
 from jobsd.store import migrate
 
 pytestmark = pytest.mark.anyio
@@ -59,18 +60,6 @@ def sessions(db_url: str) -> list[dict[str, Any]]:
         )
         cols = [c.name for c in cur.description or []]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-
-
-def make_token(db_url: str, org_id: str | None, *, admin: bool = False) -> str:
-    """Store a new token of ``org_id`` (None: an operator's) and return it."""
-    token = new_token()
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO jobsd.api_tokens (org_id, name, prefix, token_hash, admin) "
-            "VALUES (%s, 'tests', %s, %s, %s)",
-            (org_id, token[:12], hash_token(token), admin),
-        )
-    return token
 
 
 def token_id(db_url: str, token: str) -> uuid.UUID:
@@ -245,7 +234,7 @@ async def test_a_session_ended_in_one_process_is_refused_by_another(
 async def test_sessions_work_under_the_least_privilege_roles(
     db_url: str, roles: RoleNames, kind: str
 ) -> None:
-    token, other = make_token(db_url, "acme"), make_token(db_url, "acme")
+    token, other = stored_token(db_url, "acme"), stored_token(db_url, "acme")
     url = make_conninfo(db_url, user=getattr(roles, kind))
     async with running_api(settings_for(url)) as api, second_client(api) as tab:
         csrf = await login(api.client, token)
@@ -268,7 +257,7 @@ async def test_sessions_work_under_the_least_privilege_roles(
 def test_no_role_reads_or_writes_sessions_but_through_the_functions(
     db_url: str, roles: RoleNames
 ) -> None:
-    make_token(db_url, "acme")
+    stored_token(db_url, "acme")
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO jobsd.ui_sessions (token_id, expires_at) "
