@@ -14,25 +14,22 @@ import base64
 import binascii
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from jobsd.errors import (
     BackendUnavailable,
-    CancelRefused,
     DatabaseError,
     DuplicateJob,
     InvalidPayload,
-    JobNotFound,
+    JobsdError,
     OrgQuotaExceeded,
     PayloadTooLarge,
     QueueFull,
-    ResolveRefused,
-    RetryRefused,
     UnknownDependency,
     UnknownQueue,
 )
@@ -45,6 +42,7 @@ from jobsd.http.problems import (
     field_error,
     problem,
     rate_limited,
+    refusal,
     refused,
     responses,
     store_errors,
@@ -64,7 +62,7 @@ from jobsd.http.settings import HttpSettings
 from jobsd.ids import uuid7
 from jobsd.jobspec import JobSpec
 from jobsd.models import JobStatus
-from jobsd.ops import Caller
+from jobsd.ops import AsyncConn, Caller
 from jobsd.ops.cancel import cancel_job as cancel_op
 from jobsd.ops.get import get_job as get_op
 from jobsd.ops.get import job_status
@@ -76,6 +74,8 @@ from jobsd.ops.retry import retry_job as retry_op
 __all__ = ["decode_cursor", "encode_cursor", "jobs_router"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAX_PAGE = 200
 
@@ -237,22 +237,17 @@ def jobs_router(
     ) -> JobDetail:
         key = _limit_reads(backend, request, caller)
         operation = f"read of job {job_id}"
-        try:
-            with store_errors(operation):
-                if wait:
-                    with backend.longpolls.hold(key) as admitted:
-                        if not admitted:
-                            raise _too_many_waits(backend)
-                        timeout_s = min(wait, backend.http.longpoll_max)
-                        await _wait_terminal(backend, job_id, caller, timeout_s)
-                        async with backend.longpoll_reads:
-                            view = await backend.read(
-                                operation, lambda conn: get_op(conn, caller, job_id)
-                            )
-                else:
-                    view = await backend.read(operation, lambda conn: get_op(conn, caller, job_id))
-        except JobNotFound as exc:
-            raise refused(exc) from None
+        if wait:
+            with backend.longpolls.hold(key) as admitted:
+                if not admitted:
+                    raise _too_many_waits(backend)
+                timeout_s = min(wait, backend.http.longpoll_max)
+                with store_errors(f"status of job {job_id}"):
+                    await _wait_terminal(backend, job_id, caller, timeout_s)
+                async with backend.longpoll_reads:
+                    view = await _operate(backend, operation, lambda c: get_op(c, caller, job_id))
+        else:
+            view = await _operate(backend, operation, lambda c: get_op(c, caller, job_id))
         return JobDetail.from_view(view)
 
     @router.post(
@@ -273,14 +268,11 @@ def jobs_router(
         "job, or one awaiting recovery: 409.",
     )
     async def cancel_job(job_id: uuid.UUID, caller: Who, response: Response) -> JobOut:
-        try:
-            with store_errors(f"cancel of job {job_id}"):
-                done = await backend.read(
-                    f"cancel of job {job_id}",
-                    lambda conn: cancel_op(conn, caller, job_id, reason="cancelled by API"),
-                )
-        except (JobNotFound, CancelRefused) as exc:
-            raise refused(exc) from None
+        done = await _operate(
+            backend,
+            f"cancel of job {job_id}",
+            lambda conn: cancel_op(conn, caller, job_id, reason="cancelled by API"),
+        )
         if done.changed:
             log.info(f"api.cancel_{done.action}", extra={"job_id": job_id, "org_id": caller.org_id})
         if done.action == "requested":
@@ -311,18 +303,13 @@ def jobs_router(
         force: Annotated[bool, Query(description="Retry an at_most_once job too.")] = False,
     ) -> JobOut:
         _limit_submissions(backend, request, caller)
-        operation = f"retry of job {job_id}"
-        try:
-            with store_errors(operation):
-                # repeated once after a dropped connection like a read: a job is
-                # retried once, so a second try answers the retry the first one made
-                retried = await backend.read(
-                    operation, lambda conn: retry_op(conn, caller, job_id, force=force)
-                )
-        except (JobNotFound, RetryRefused, QueueFull) as exc:
-            if isinstance(exc, QueueFull):
-                log.info("api.retry_refused", extra={"job_id": job_id, "org_id": caller.org_id})
-            raise refused(exc) from None
+        # repeated once after a dropped connection like a read: a job is retried once,
+        # so a second try answers the retry the first one made
+        retried = await _operate(
+            backend,
+            f"retry of job {job_id}",
+            lambda conn: retry_op(conn, caller, job_id, force=force),
+        )
         if retried.created:
             log.info("api.retried", extra={"job_id": job_id, "org_id": caller.org_id})
         response.headers["Location"] = str(request.url_for("get_job", job_id=str(retried.job.id)))
@@ -338,18 +325,31 @@ def jobs_router(
         "`job_not_recovery_required` for a job in any other state.",
     )
     async def resolve_job(job_id: uuid.UUID, body: ResolveIn, caller: Who) -> JobOut:
-        operation = f"resolve of job {job_id}"
-        try:
-            with store_errors(operation):
-                job = await backend.read(
-                    operation, lambda conn: resolve_op(conn, caller, job_id, body.outcome)
-                )
-        except (JobNotFound, ResolveRefused) as exc:
-            raise refused(exc) from None
+        job = await _operate(
+            backend,
+            f"resolve of job {job_id}",
+            lambda conn: resolve_op(conn, caller, job_id, body.outcome),
+        )
         log.info("api.resolved", extra={"job_id": job_id, "org_id": caller.org_id})
         return JobOut.from_job(job)
 
     return router
+
+
+async def _operate(
+    backend: ApiBackend, operation: str, work: Callable[[AsyncConn], Awaitable[T]]
+) -> T:
+    """Run an operation of ``jobsd.ops`` (once more after a dropped connection): its
+    refusals are answered through the one table (``problems.refused``), database
+    errors with 503."""
+    try:
+        with store_errors(operation):
+            return await backend.read(operation, work)
+    except JobsdError as exc:
+        if refusal(exc) is None:
+            raise
+        log.info("api.refused", extra={"operation": operation, "error": str(exc)})
+        raise refused(exc) from None
 
 
 def _org_of(caller: Caller) -> str:
