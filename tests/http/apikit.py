@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -51,6 +52,17 @@ def make_token(db_url: str, org_id: str, name: str | None = None) -> str:
     with psycopg.connect(db_url, autocommit=True) as conn:
         token, _ = create_token(conn, OPERATOR, org_id, name)
     return token
+
+
+async def ui_login(client: httpx.AsyncClient, token: str) -> str:
+    """Log in to the dashboard; return the CSRF token of the overview."""
+    answer = await client.post("/ui/login", data={"token": token})
+    assert answer.status_code == 303, answer.text
+    page = await client.get("/ui")
+    assert page.status_code == 200, page.text
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
 
 
 def bearer(token: str) -> dict[str, str]:

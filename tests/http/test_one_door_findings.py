@@ -9,29 +9,16 @@ outcome: an answer's status, rows of jobsd.jobs and jobsd.queues.
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
-from apikit import bearer, http_settings, running_api, settings_for
+from apikit import bearer, http_settings, running_api, settings_for, ui_login
 from support.jobs import job_row, make_job
 from support.tokens import stored_token
 
 pytestmark = pytest.mark.anyio
-
-
-async def login(client: httpx.AsyncClient, made: str) -> str:
-    """Log in to the dashboard; return the CSRF token of the overview."""
-    response = await client.post("/ui/login", data={"token": made})
-    assert response.status_code == 303, response.text
-    page = await client.get("/ui")
-    assert page.status_code == 200, page.text
-    match = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert match, "no CSRF field on the overview"
-    return match.group(1)
 
 
 def paused(db_url: str, queue: str) -> bool:
@@ -56,7 +43,7 @@ async def test_an_org_token_made_admin_is_an_org_token_in_the_dashboard_too(db_u
     async with running_api(settings_for(db_url)) as api:
         # the API: an org's token
         assert (await api.client.get("/queues", headers=bearer(old_admin))).status_code == 403
-        csrf = await login(api.client, old_admin)
+        csrf = await ui_login(api.client, old_admin)
         page = await api.client.get(f"/ui/jobs/{theirs}")
         assert page.status_code == 404 and "globex-only" not in page.text
         listed = await api.client.get("/ui/jobs", params={"org": "globex"})
@@ -73,12 +60,12 @@ async def test_an_org_overview_names_no_other_org_types(db_url: str) -> None:
     acme = stored_token(db_url, "acme")
     operator = stored_token(db_url, None, admin=True)
     async with running_api(settings_for(db_url)) as api:
-        await login(api.client, acme)
+        await ui_login(api.client, acme)
         overview = await api.client.get("/ui")
         assert overview.status_code == 200
         assert "globex_secret_report" not in overview.text
         api.client.cookies.clear()
-        await login(api.client, operator)
+        await ui_login(api.client, operator)
         # an operator is told, as /health tells operators
         assert "globex_secret_report" in (await api.client.get("/ui")).text
 

@@ -8,14 +8,13 @@ the session ends, not 8 hours later.
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
-from apikit import http_settings, running_api, settings_for
+from apikit import http_settings, running_api, settings_for, ui_login
 from click.testing import CliRunner
 from psycopg.conninfo import make_conninfo
 from support.jobs import job_row, make_job
@@ -30,17 +29,6 @@ from jobsd.store import migrate
 pytestmark = pytest.mark.anyio
 
 SECRET = "one-key-for-every-process-here"
-
-
-async def login(client: httpx.AsyncClient, token: str) -> str:
-    """Log in; return the CSRF token of the overview."""
-    answer = await client.post("/ui/login", data={"token": token})
-    assert answer.status_code == 303, answer.text
-    page = await client.get("/ui")
-    assert page.status_code == 200, page.text
-    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert found, "no CSRF field on the page"
-    return found.group(1)
 
 
 async def logged_in(client: httpx.AsyncClient) -> bool:
@@ -80,7 +68,7 @@ async def test_a_login_is_a_live_session_row_that_the_cookie_names(
     db_url: str, token_a: str
 ) -> None:
     async with running_api(settings_for(db_url), http_settings(ui_session_ttl=600.0)) as api:
-        await login(api.client, token_a)
+        await ui_login(api.client, token_a)
         rows = sessions(db_url)
         assert len(rows) == 1
         row = rows[0]
@@ -98,7 +86,7 @@ async def test_logout_ends_the_session_for_every_copy_of_the_cookie(
     with psycopg.connect(db_url, autocommit=True) as conn:
         queued = make_job(conn, org_id="acme")
     async with running_api(settings_for(db_url)) as api, second_client(api) as thief:
-        csrf = await login(api.client, token_a)
+        csrf = await ui_login(api.client, token_a)
         thief.cookies.set(COOKIE_NAME, api.client.cookies[COOKIE_NAME], path="/ui")
         assert await logged_in(thief)  # a copy of the cookie works while the session lives
         out = await api.client.post("/ui/logout", data={"csrf": csrf})
@@ -117,15 +105,15 @@ async def test_logout_ends_the_session_for_every_copy_of_the_cookie(
             assert job_row(conn, queued)["status"] == "queued"  # type: ignore[index]
 
         # a new login is a new session (the ended one is pruned), the copy stays dead
-        await login(api.client, token_a)
+        await ui_login(api.client, token_a)
         assert [r["ended"] for r in sessions(db_url)] == [False]
         assert not await logged_in(thief)
 
 
 async def test_logout_ends_only_its_own_session(db_url: str, token_a: str) -> None:
     async with running_api(settings_for(db_url)) as api, second_client(api) as other:
-        csrf = await login(api.client, token_a)
-        await login(other, token_a)  # the same token in another browser
+        csrf = await ui_login(api.client, token_a)
+        await ui_login(other, token_a)  # the same token in another browser
         assert (await api.client.post("/ui/logout", data={"csrf": csrf})).status_code == 303
         assert await logged_in(other)
         assert sorted(r["ended"] for r in sessions(db_url)) == [False, True]
@@ -139,9 +127,9 @@ async def test_revoking_the_token_ends_all_its_sessions_at_once(
         second_client(api) as tab,
         second_client(api) as globex,
     ):
-        await login(api.client, token_a)
-        await login(tab, token_a)
-        await login(globex, token_b)
+        await ui_login(api.client, token_a)
+        await ui_login(tab, token_a)
+        await ui_login(globex, token_b)
         monkeypatch.setenv("JOBSD_DATABASE_URL", db_url)
         revoked = CliRunner().invoke(
             jobsd_main, ["token", "revoke", str(token_id(db_url, token_a))]
@@ -162,8 +150,8 @@ async def test_an_expired_session_is_refused_and_pruned_at_the_next_login(
     db_url: str, token_a: str, token_b: str
 ) -> None:
     async with running_api(settings_for(db_url)) as api, second_client(api) as globex:
-        await login(api.client, token_a)
-        await login(globex, token_b)
+        await ui_login(api.client, token_a)
+        await ui_login(globex, token_b)
         expired = token_id(db_url, token_a)
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute(
@@ -174,7 +162,7 @@ async def test_an_expired_session_is_refused_and_pruned_at_the_next_login(
         assert not await logged_in(api.client)
         assert await logged_in(globex)
         assert len(sessions(db_url)) == 2  # refused, not yet pruned
-        await login(api.client, token_a)
+        await ui_login(api.client, token_a)
         rows = sessions(db_url)
         assert len(rows) == 2 and not any(r["ended"] for r in rows)
         assert sorted(str(r["token_id"]) for r in rows) == sorted(
@@ -185,7 +173,7 @@ async def test_an_expired_session_is_refused_and_pruned_at_the_next_login(
 
 async def test_a_deleted_token_takes_its_sessions_with_it(db_url: str, token_a: str) -> None:
     async with running_api(settings_for(db_url)) as api:
-        await login(api.client, token_a)
+        await ui_login(api.client, token_a)
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("DELETE FROM jobsd.api_tokens WHERE id = %s", (token_id(db_url, token_a),))
         assert sessions(db_url) == []
@@ -206,7 +194,7 @@ async def test_a_signed_cookie_needs_a_live_session_of_its_own_token(
             api.client.cookies.set(COOKIE_NAME, cookie, path="/ui")
             assert not await logged_in(api.client)
         api.client.cookies.clear()
-        await login(api.client, token_a)
+        await ui_login(api.client, token_a)
         own = signer.read(api.client.cookies[COOKIE_NAME])
         assert own is not None and own.session_id is not None
         borrowed = signer.make(hash_token(token_b), session_id=own.session_id)
@@ -222,7 +210,7 @@ async def test_a_session_ended_in_one_process_is_refused_by_another(
         running_api(settings_for(db_url), http) as one,
         running_api(settings_for(db_url), http) as two,
     ):
-        csrf = await login(one.client, token_a)
+        csrf = await ui_login(one.client, token_a)
         cookie = one.client.cookies[COOKIE_NAME]
         two.client.cookies.set(COOKIE_NAME, cookie, path="/ui")
         assert await logged_in(two.client)
@@ -237,8 +225,8 @@ async def test_sessions_work_under_the_least_privilege_roles(
     token, other = stored_token(db_url, "acme"), stored_token(db_url, "acme")
     url = make_conninfo(db_url, user=getattr(roles, kind))
     async with running_api(settings_for(url)) as api, second_client(api) as tab:
-        csrf = await login(api.client, token)
-        await login(tab, other)
+        csrf = await ui_login(api.client, token)
+        await ui_login(tab, other)
         assert [r["ended"] for r in sessions(db_url)] == [False, False]
         stolen = api.client.cookies[COOKIE_NAME]
         assert (await api.client.post("/ui/logout", data={"csrf": csrf})).status_code == 303
