@@ -84,9 +84,12 @@ def _held_ahead(scenario: Scenario, **settings: str) -> tuple[Any, list[uuid.UUI
     )
     scenario.enqueue(1, types=("work",), ms=10)  # a short run: claiming ahead goes on
     scenario.wait_settled(timeout_s=15)
+    # the five at once behind the long run: a daemon whose slots have all been busy for
+    # half of JOBSD_CLAIM_AHEAD_MAX_WAIT claims nothing ahead (by design), so waiting
+    # for the long run to start before enqueueing them raced that window on a busy host
     scenario.enqueue(1, types=("once",), ms=30_000)
-    scenario.wait_running(1, worker_pid=daemon.pid)
     ahead = scenario.enqueue(5, types=("work",), ms=10)
+    scenario.wait_running(1, worker_pid=daemon.pid)
     most_running = 0
     deadline = time.monotonic() + 10
     while True:
