@@ -76,7 +76,24 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+def parse_retention_days(value: Any) -> Any:
+    """Read a retention in days: ``"90"`` or ``"90d"``; ``"forever"`` or empty: none."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "forever"):
+            return None
+        if text.endswith("d"):
+            text = text[:-1].strip()
+        if not text.isdigit():
+            raise ValueError(
+                f"not a retention: {value!r} (use days, such as 90 or 90d, or forever)"
+            )
+        return int(text)
+    return value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+RetentionDays = Annotated[Annotated[int, Field(ge=0)] | None, BeforeValidator(parse_retention_days)]
 OptionalDuration = Annotated[
     float | None,
     BeforeValidator(lambda v: None if v in (None, "", "none", "None") else parse_duration(v)),
@@ -145,6 +162,21 @@ class Settings(BaseSettings):
 
     sweep_interval: Duration = 60.0
     """Time between sweeps (one also runs at start)."""
+
+    archive_after: Duration = 10.0
+    """How long an ended job stays in the hot table before the daemons move it, with
+    its history, into the archive (monthly partitions): the hot table holds the open
+    jobs and the last seconds' ended ones. Reads find a job wherever it is."""
+
+    archive_interval: Duration = 1.0
+    """Time between the daemons' moves into the archive (jittered)."""
+
+    archive_batch: int = Field(default=5000, ge=1, le=100_000)
+    """Ended jobs moved per statement; a pass moves batches until one is not full."""
+
+    retention: RetentionDays = None
+    """Days an ended job is kept when neither its type nor its queue says otherwise
+    (``jobsd prune``: ``90`` or ``90d``); unset or ``forever``: kept forever."""
 
     death_check_interval: Duration = 5.0
     """Time between checks for dead workers (their lock is free and their lease has run

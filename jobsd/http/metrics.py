@@ -212,6 +212,16 @@ class JobsdCollector(Collector):
         for status, count in sorted(stats.swept.items()):
             swept.add_metric([status], count)
         yield swept
+        yield CounterMetricFamily(
+            "jobsd_jobs_archived",
+            "Ended jobs this daemon moved from the hot table into the archive.",
+            value=stats.archived,
+        )
+        yield CounterMetricFamily(
+            "jobsd_archive_refused",
+            "Moves into the archive the database refused (logged as archive.refused).",
+            value=stats.archive_refused,
+        )
         yield GaugeMetricFamily("jobsd_slots", "Slots of this daemon.", value=daemon.holdings.slots)
         yield GaugeMetricFamily(
             "jobsd_slots_busy", "Handlers running in this daemon.", value=daemon.holdings.running

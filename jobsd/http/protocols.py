@@ -80,6 +80,16 @@ class StatsView(Protocol):
         ...
 
     @property
+    def archived(self) -> int:
+        """Return ended jobs moved into the archive."""
+        ...
+
+    @property
+    def archive_refused(self) -> int:
+        """Return moves into the archive the database refused."""
+        ...
+
+    @property
     def last_notify_monotonic(self) -> float | None:
         """Return the ``time.monotonic()`` of the last notification, or None."""
         ...

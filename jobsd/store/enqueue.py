@@ -108,6 +108,13 @@ def enqueue_plan(spec: JobSpec) -> Plan:
         deps = list(spec.depends_on)
         rows = yield Statement("jobs_mark_dependencies", {"ids": deps, "org_id": spec.org_id})
         statuses = {r["id"]: r["status"] for r in rows}
+        if any(d not in statuses for d in deps):
+            # ended long enough ago to be archived: read where it lives now
+            rows = yield Statement(
+                "jobs_archived_statuses",
+                {"ids": [d for d in deps if d not in statuses], "org_id": spec.org_id},
+            )
+            statuses.update({r["id"]: r["status"] for r in rows})
         missing = [str(d) for d in deps if d not in statuses]
         if missing:
             raise UnknownDependency(missing)
@@ -116,6 +123,23 @@ def enqueue_plan(spec: JobSpec) -> Plan:
             ({"id": d, "status": statuses[d]} for d in deps if statuses[d] in _FAILED_DEPENDENCY),
             None,
         )
+    if spec.id_may_exist:
+        # An id given again may name a job that ended and was archived. Holding the
+        # hot row (if any) keeps it from moving until the transaction ends; a move
+        # in flight is waited for, and the next statement sees its result.
+        held = yield Statement("jobs_hold_id", {"id": spec.id})
+        if not held:
+            rows = yield Statement("jobs_archived_org", {"id": spec.id})
+            if rows and rows[0]["org_id"] is not None:
+                if rows[0]["org_id"] != spec.org_id:
+                    raise DuplicateJob(f"job id {spec.id} is already in use")
+                rows = yield Statement("jobs_get", {"id": spec.id})
+                if not rows:
+                    raise DuplicateJob(
+                        f"job id {spec.id} is already in use (by a job this session may not "
+                        "read, hidden by row-level security)"
+                    )
+                return Job.from_row(rows[0])
     id_unseen = False
     for _ in range(_DEDUP_TRIES):
         rows = yield Statement("jobs_insert", spec.insert_params(blocked=blocked))
@@ -222,7 +246,8 @@ async def enqueue(
 ) -> Job:
     """Create the job of ``spec`` on ``conn`` (or return the one holding its id or key).
 
-    In one transaction when the plan writes more than once (dependencies): on a
+    In one transaction when the plan writes more than once (dependencies) or holds a
+    given id while it looks for it in the archive: on a
     connection already in a transaction that is a savepoint; on jobsd's own
     autocommit connections a transaction of its own. ``own_pool``: ``conn`` is one of
     jobsd's own, so the insert may go through libpq directly (``store.wire``). Raises
@@ -231,7 +256,7 @@ async def enqueue(
     """
     execute = _executor(spec, org_scoped, own_pool)
     with db_errors(spec.operation):
-        if not spec.depends_on:
+        if not (spec.depends_on or spec.id_may_exist):
             return await _drive(conn, enqueue_plan(spec), execute)
         async with conn.transaction():
             return await _drive(conn, enqueue_plan(spec), execute)
@@ -241,7 +266,7 @@ def enqueue_sync(conn: SyncConn, spec: JobSpec, *, own_pool: bool = False) -> Jo
     """Create the job of ``spec`` on a sync connection; see ``enqueue``."""
     execute = _run_on_own_pool_sync if own_pool else run_named_sync
     with db_errors(spec.operation):
-        if not spec.depends_on:
+        if not (spec.depends_on or spec.id_may_exist):
             return _drive_sync(conn, enqueue_plan(spec), execute)
         with conn.transaction():
             return _drive_sync(conn, enqueue_plan(spec), execute)

@@ -50,9 +50,10 @@ def _checksum(migration: Migration) -> str:
     return hashlib.sha256(migration.sql.encode("utf-8")).hexdigest()
 
 
-def migrate_sync(database_url: str) -> list[str]:
-    """Apply pending migrations; return the names applied (empty when up to date)."""
-    migrations = load_migrations()
+def migrate_sync(database_url: str, *, up_to: int | None = None) -> list[str]:
+    """Apply pending migrations (those up to version ``up_to`` only, when given: an older
+    schema, for upgrade tests); return the names applied (empty when up to date)."""
+    migrations = [m for m in load_migrations() if up_to is None or m.version <= up_to]
     applied_now: list[str] = []
     with (
         connect(database_url, application_name="jobsd-migrate", operation="migrate") as conn,

@@ -59,6 +59,10 @@ class DaemonStats:
     """other daemons this one declared dead (lock free, lease over) and rescued"""
     sweeps_refused: int = 0
     """sweeper passes the database refused (poison: logged, tried at the next interval)"""
+    archived: int = 0
+    """ended jobs this daemon moved into the archive"""
+    archive_refused: int = 0
+    """archive passes the database refused (logged, tried at the next interval)"""
     last_notify_monotonic: float | None = None
     run_s: RunTimes = field(default_factory=RunTimes)
     """handler run times, by type"""

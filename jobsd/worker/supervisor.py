@@ -33,6 +33,7 @@ from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncPool, acquire
 from jobsd.store.listen import open_listen_connection
 from jobsd.worker import sdnotify
+from jobsd.worker.archiver import Archiver, ArchiverSettings
 from jobsd.worker.claimer import Claimer, ClaimerSettings
 from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
@@ -210,6 +211,16 @@ class Daemon:
             self.hooks.submit,
             self.recoverer,
         )
+        self.archiver = Archiver(
+            self.pool,
+            ArchiverSettings(
+                archive_after_s=settings.archive_after,
+                interval_s=settings.archive_interval,
+                batch=settings.archive_batch,
+            ),
+            clock,
+            self.stats,
+        )
         self.listener = Listener(
             functools.partial(
                 open_listen_connection,
@@ -366,6 +377,7 @@ class Daemon:
                         self.heartbeat,
                         self.starter,
                         self.sweeper,
+                        self.archiver,
                         self.recoverer,
                         self.hooks,
                     ):

@@ -33,9 +33,11 @@ ORDER BY org_id NULLS FIRST, created_at, id;
 -- name: api_jobs_get
 -- One job with its history and its retry, read in one statement (one snapshot), the
 -- history as parallel arrays in event order; of one org (org_id set) or of any (null).
+-- The job may be open (jobsd.jobs) or archived (jobsd.jobs_archive): all_jobs and
+-- all_job_events read both.
 SELECT j.*, h.*,
-       (SELECT r.id FROM jobsd.jobs AS r WHERE r.retry_of = j.id) AS retried_as
-FROM jobsd.jobs AS j
+       (SELECT r.id FROM jobsd.all_jobs AS r WHERE r.retry_of = j.id LIMIT 1) AS retried_as
+FROM jobsd.all_jobs AS j
 CROSS JOIN LATERAL (
   SELECT array_agg(e.id ORDER BY e.id) AS h_id,
          array_agg(e.from_status ORDER BY e.id) AS h_from,
@@ -44,21 +46,22 @@ CROSS JOIN LATERAL (
          array_agg(e.attempt ORDER BY e.id) AS h_attempt,
          array_agg(e.reason ORDER BY e.id) AS h_reason,
          array_agg(e.worker_id ORDER BY e.id) AS h_worker
-  FROM jobsd.job_events AS e
+  FROM jobsd.all_job_events AS e
   WHERE e.job_id = j.id) AS h
 WHERE j.id = %(id)s AND (%(org_id)s::text IS NULL OR j.org_id = %(org_id)s::text);
 
 -- name: api_jobs_status
 -- The cheap re-read of a long-poll: is the job terminal yet? Of one org (org_id set)
--- or of any (null).
-SELECT status FROM jobsd.jobs
+-- or of any (null); open or archived.
+SELECT status FROM jobsd.all_jobs
 WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text);
 
 -- name: api_jobs_list
 -- One org's jobs, newest first, after a keyset cursor (created_at, id): the first
--- page passes ('infinity', 'ffffffff-...'); the filters of jobs_list. Reads
--- jobs_org_created_idx backwards.
-SELECT * FROM jobsd.jobs
+-- page passes ('infinity', 'ffffffff-...'); the filters of jobs_list; open and
+-- archived jobs. Reads jobs_org_created_idx and each archive month's (org_id,
+-- created_at, id) index backwards, merged.
+SELECT * FROM jobsd.all_jobs
 WHERE org_id = %(org_id)s
   AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)
   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)

@@ -6,7 +6,7 @@
 -- the claim: a concurrent daemon's insert of the same job waits, then does nothing,
 -- so each hook is called at most once. Returns the claimed jobs.
 WITH due AS (
-  SELECT j.id FROM jobsd.jobs AS j
+  SELECT j.id FROM jobsd.all_jobs AS j
   WHERE j.status = 'failed' AND j.type = ANY(%(types)s::text[])
     AND j.finished_at > coalesce(%(now)s::timestamptz, now())
                         - make_interval(secs => %(lookback_s)s::float8)
@@ -18,7 +18,7 @@ claimed AS (
   SELECT d.id, %(worker_id)s FROM due AS d
   ON CONFLICT (job_id) DO NOTHING
   RETURNING job_id)
-SELECT j.* FROM jobsd.jobs AS j JOIN claimed AS c ON c.job_id = j.id
+SELECT j.* FROM jobsd.all_jobs AS j JOIN claimed AS c ON c.job_id = j.id
 ORDER BY j.finished_at;
 
 -- name: jobs_running_health

@@ -88,18 +88,38 @@ WHERE id = %(id)s AND status = 'blocked'
 RETURNING *;
 
 -- name: jobs_get
-SELECT * FROM jobsd.jobs WHERE id = %(id)s;
+-- One job, open or archived.
+SELECT * FROM jobsd.all_jobs WHERE id = %(id)s;
 
 -- name: jobs_get_in_org
--- One job of one org (org_id set) or of any (null).
-SELECT * FROM jobsd.jobs
+-- One job of one org (org_id set) or of any (null), open or archived.
+SELECT * FROM jobsd.all_jobs
 WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text);
 
 -- name: jobs_get_by_dedup_key
 SELECT * FROM jobsd.jobs WHERE org_id = %(org_id)s AND dedup_key = %(dedup_key)s;
 
 -- name: job_events_for_job
-SELECT * FROM jobsd.job_events WHERE job_id = %(id)s ORDER BY id;
+SELECT * FROM jobsd.all_job_events WHERE job_id = %(id)s ORDER BY id;
+
+-- name: jobs_hold_id
+-- A given id's job, if it is in the hot table, held (in the enqueue's transaction)
+-- so that it cannot move to the archive meanwhile; a move in flight is waited for.
+SELECT id FROM jobsd.jobs WHERE id = %(id)s FOR KEY SHARE;
+
+-- name: jobs_archived_org
+-- The org of the archived job with this id, null if there is none: every org's
+-- (a SECURITY DEFINER function), so that an id taken by another org is refused
+-- without anything else about it being read.
+SELECT jobsd.archived_job_org(%(id)s::uuid) AS org_id;
+
+-- name: jobs_archived_statuses
+-- The dependencies of a job being enqueued that ended long enough ago to be archived,
+-- in the enqueuer's org: a statement of its own, run after jobs_mark_dependencies
+-- found them missing, so that a move committed meanwhile is seen. An archived job
+-- never changes: no lock is needed.
+SELECT a.id, a.status FROM jobsd.jobs_archive AS a
+WHERE a.id = ANY(%(ids)s::uuid[]) AND a.org_id = %(org_id)s;
 
 -- name: jobs_claim_batch
 -- Claim up to `limit` queued jobs in claim order (priority, then oldest first) in
@@ -499,9 +519,10 @@ FROM jobsd.job_retry(%(id)s::uuid, %(new_id)s::uuid, %(actor)s::text, %(force)s:
 -- name: jobs_list
 -- Jobs newest first, after a keyset cursor (created_at, id) (the first page passes
 -- ('infinity', 'ffffffff-...')), filtered by org, status, type, queue and creation
--- time; every filter is optional. One org's list reads jobs_org_created_idx
--- backwards; the others scan.
-SELECT * FROM jobsd.jobs
+-- time; every filter is optional; open and archived jobs. One org's list reads
+-- jobs_org_created_idx (and the archive's) backwards; the others read
+-- jobs_created_idx (and the archive's).
+SELECT * FROM jobsd.all_jobs
 WHERE (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
   AND (created_at, id) < (%(before_created_at)s::timestamptz, %(before_id)s::uuid)
   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)

@@ -28,7 +28,7 @@ SELECT queue,
        count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
        count(*) FILTER (WHERE status = 'failed') AS failed,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled
-FROM jobsd.jobs
+FROM jobsd.all_jobs
 WHERE finished_at IS NOT NULL
   AND finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(mins => %(minutes)s)
   AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
@@ -58,9 +58,10 @@ LEFT JOIN (SELECT worker_id, count(*) AS jobs FROM jobsd.jobs
 ORDER BY w.started_at, w.worker_id;
 
 -- name: ui_recent_failures
--- The latest failed jobs (newest first), through jobs_finished_idx.
+-- The latest failed jobs (newest first), through jobs_failed_idx and the archive's
+-- jobs_archive_failed_idx.
 SELECT id, org_id, type, queue, attempts, error, reason, finished_at
-FROM jobsd.jobs
+FROM jobsd.all_jobs
 WHERE finished_at IS NOT NULL AND status = 'failed'
   AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
 ORDER BY finished_at DESC

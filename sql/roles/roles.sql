@@ -45,7 +45,8 @@ GRANT CREATE ON DATABASE {database} TO {owner};
 -- name: roles_foreign_objects
 -- What the owner role must own to run migrations: the schema and every table,
 -- view, free-standing sequence, function and procedure in it (indexes, identity sequences
--- and row types follow their table).
+-- and row types follow their table; a partition does not follow its parent, and a
+-- partitioned table's dependency on itself, through its partition key, is no owner).
 -- `target` is the object's name as Postgres quotes it, ready for ALTER ... OWNER.
 SELECT o.kind, o.target FROM (
   SELECT 'SCHEMA' AS kind, quote_ident(n.nspname) AS target
@@ -59,9 +60,10 @@ SELECT o.kind, o.target FROM (
   WHERE c.relnamespace = 'jobsd'::regnamespace
     AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
     AND c.relowner <> %(owner)s::regrole
-    AND NOT EXISTS (SELECT 1 FROM pg_depend AS d
-                    WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
-                      AND d.deptype IN ('a', 'i'))
+    AND (c.relispartition
+         OR NOT EXISTS (SELECT 1 FROM pg_depend AS d
+                        WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                          AND d.deptype IN ('a', 'i') AND d.refobjid <> c.oid))
   UNION ALL
   SELECT 'ROUTINE', p.oid::regprocedure::text
   FROM pg_proc AS p
@@ -120,6 +122,17 @@ GRANT SELECT, INSERT, UPDATE ON jobsd.schedules TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON jobsd.schedule_ticks TO {worker};
 -- a daemon claims the on_fail hook of a failed job by inserting its row
 GRANT SELECT, INSERT ON jobsd.fail_hooks TO {worker};
+-- the archive of ended jobs (migration 0027) is read like jobs and job_events, with
+-- the same row-level security; the daemons move jobs into it and create its months
+-- through SECURITY DEFINER functions (granted below)
+DO $$
+BEGIN
+  IF to_regclass('jobsd.jobs_archive') IS NOT NULL THEN
+    GRANT SELECT ON jobsd.jobs_archive, jobsd.all_jobs, jobsd.job_events_archive,
+      jobsd.all_job_events TO {enqueue}, {api}, {worker};
+  END IF;
+END
+$$;
 
 -- name: roles_grant_functions
 -- Start from nothing on every function, then grant what each role needs; EXECUTE
@@ -155,6 +168,17 @@ GRANT EXECUTE ON FUNCTION jobsd.schedule_info(text) TO {admin}, {read};
 -- every org's queued jobs of types no live daemon handles, by queue and type (/health,
 -- `jobsd queue list`); PUBLIC's EXECUTE went in migration 0019: no tenant role runs it
 GRANT EXECUTE ON FUNCTION jobsd.unhandled_jobs() TO {admin}, {read}, {api};
+-- the archive (migration 0027): the daemons move ended jobs and create the months
+-- ahead; an enqueue that gives an id asks whether an archived job holds it
+DO $$
+BEGIN
+  IF to_regclass('jobsd.jobs_archive') IS NOT NULL THEN
+    GRANT EXECUTE ON FUNCTION jobsd.archive_move(integer, double precision),
+      jobsd.archive_ensure(timestamptz, timestamptz) TO {worker};
+    GRANT EXECUTE ON FUNCTION jobsd.archived_job_org(uuid) TO {enqueue}, {api}, {worker};
+  END IF;
+END
+$$;
 
 -- name: roles_grant_api_tokens
 -- The HTTP API looks bearer tokens up by hash, through a function (migration 0012:
@@ -203,6 +227,14 @@ GRANT CONNECT ON DATABASE {database} TO {role};
 GRANT USAGE ON SCHEMA jobsd TO {role};
 GRANT SELECT ON jobsd.jobs, jobsd.job_events, jobsd.job_dependencies, jobsd.queues
   TO {role};
+DO $$
+BEGIN
+  IF to_regclass('jobsd.jobs_archive') IS NOT NULL THEN
+    GRANT SELECT ON jobsd.jobs_archive, jobsd.all_jobs, jobsd.job_events_archive,
+      jobsd.all_job_events TO {role};
+  END IF;
+END
+$$;
 
 -- name: roles_default_privileges
 -- Tables that later migrations create (as the owner role) are readable by the
@@ -219,6 +251,18 @@ CREATE POLICY {policy} ON jobsd.jobs AS PERMISSIVE FOR ALL TO {worker}
 DROP POLICY IF EXISTS {policy} ON jobsd.job_events;
 CREATE POLICY {policy} ON jobsd.job_events AS PERMISSIVE FOR ALL TO {worker}
   USING (true) WITH CHECK (true);
+DO $$
+BEGIN
+  IF to_regclass('jobsd.jobs_archive') IS NOT NULL THEN
+    DROP POLICY IF EXISTS {policy} ON jobsd.jobs_archive;
+    CREATE POLICY {policy} ON jobsd.jobs_archive AS PERMISSIVE FOR ALL TO {worker}
+      USING (true) WITH CHECK (true);
+    DROP POLICY IF EXISTS {policy} ON jobsd.job_events_archive;
+    CREATE POLICY {policy} ON jobsd.job_events_archive AS PERMISSIVE FOR ALL TO {worker}
+      USING (true) WITH CHECK (true);
+  END IF;
+END
+$$;
 DROP POLICY IF EXISTS {policy} ON jobsd.concurrency_keys;
 CREATE POLICY {policy} ON jobsd.concurrency_keys AS PERMISSIVE FOR ALL TO {worker}
   USING (true) WITH CHECK (true);

@@ -70,6 +70,8 @@ LEASE_ENV = {
     "JOBSD_DRAIN_TIMEOUT": "5",
     # scaled with the lease: a cut is noticed within 5 s (T7-detect)
     "JOBSD_STATEMENT_TIMEOUT": "2",
+    # ended jobs stay in the hot table, where the checks' SQL looks for them
+    "JOBSD_ARCHIVE_AFTER": "1h",
 }
 
 # what each campaign type may do (fault_handlers.py)

@@ -144,11 +144,17 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "ui_session_lookup",
         "ui_session_end",
     }
-    assert _routines(url, names.api) == administration | {"schedule_info", "job_retry"} | api_reads
-    assert _routines(url, names.enqueue) == api_reads | {"job_retry"}
+    # an enqueue that gives an id asks whether an archived job holds it (0027)
+    archived_id = {"archived_job_org"}
+    assert (
+        _routines(url, names.api)
+        == administration | {"schedule_info", "job_retry"} | api_reads | archived_id
+    )
+    assert _routines(url, names.enqueue) == api_reads | {"job_retry"} | archived_id
     listing = {"queue_info", "unhandled_jobs", "schedule_info"}
     assert _routines(url, names.read) == listing | api_reads
-    assert _routines(url, names.worker) == set()
+    # the daemons move ended jobs into the archive and make its months (0027)
+    assert _routines(url, names.worker) == {"archive_move", "archive_ensure"} | archived_id
     with psycopg.connect(url, autocommit=True) as conn:
         # the enqueuer may cancel (status and what goes with it), nothing else
         updatable = conn.execute(

@@ -127,6 +127,8 @@ class FakeStats:
     wakeups: Counter[str] = field(default_factory=lambda: Counter({"notify": 2, "poll": 5}))
     reconnects: int = 1
     swept: Counter[str] = field(default_factory=Counter)
+    archived: int = 0
+    archive_refused: int = 0
     last_notify_monotonic: float | None = None
     run_s: FakeRunTimes = field(default_factory=FakeRunTimes)
 
