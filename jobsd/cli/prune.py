@@ -68,6 +68,14 @@ def parse_batch_size(text: str) -> int:
     help="Keep jobs of TYPE for DAYS, whatever their queue's policy says (repeatable).",
 )
 @click.option(
+    "--retention",
+    "default_retention",
+    envvar="JOBSD_RETENTION",
+    metavar="DAYS",
+    help="Keep the jobs whose type and queue have no retention for DAYS (90 or 90d; "
+    "forever, the default, keeps them) (JOBSD_RETENTION).",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Count what would be deleted, per queue; delete nothing."
 )
 @click.option(
@@ -93,6 +101,7 @@ def parse_batch_size(text: str) -> int:
 def prune(
     spare_types: tuple[str, ...],
     type_retention: tuple[str, ...],
+    default_retention: str | None,
     dry_run: bool,
     batch_size: str,
     full_scan: bool,
@@ -104,11 +113,17 @@ def prune(
     A job goes when it succeeded, failed or was cancelled more than its policy's days
     ago, with its history. Policy, first match wins: a spared type is never deleted;
     else the type's --type-retention; else its queue's retention (`jobsd queue create
-    NAME --retention DAYS`); else the job is kept forever. Safe to repeat and to run
+    NAME --retention DAYS`); else --retention; else the job is kept forever. A month
+    of the archive whose every job is due is dropped whole. Safe to repeat and to run
     while daemons work.
     """
     from jobsd.admin.retention import prune as run_prune
+    from jobsd.settings import parse_retention_days
 
+    try:
+        default_days = parse_retention_days(default_retention or "")
+    except ValueError as exc:
+        raise ConfigError(f"--retention: {exc}") from None
     for name in spare_types:
         if not name.strip():
             raise ConfigError("--spare-type needs a type name")
@@ -122,6 +137,7 @@ def prune(
             conn,
             spare_types=[s.strip() for s in spare_types],
             type_retention=policies,
+            default_days=default_days,
             dry_run=dry_run,
             batch_size=size,
             full_scan=full_scan,
@@ -136,10 +152,7 @@ def prune(
 
 def _print_report(report: PruneReport) -> None:
     verb = "would delete" if report.dry_run else "deleted"
-    rows = [
-        (queue, _days(report.queue_retention.get(queue)), str(n))
-        for queue, n in report.deleted.items()
-    ]
+    rows = [(queue, _queue_days(report, queue), str(n)) for queue, n in report.deleted.items()]
     head = ("queue", "retention", verb)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(2)]
     for queue, days, n in [head, *rows]:
@@ -149,6 +162,10 @@ def _print_report(report: PruneReport) -> None:
         click.echo(f"type retention: {types}")
     if report.spare_types:
         click.echo(f"spared types: {', '.join(report.spare_types)}")
+    if report.months_dropped:
+        months = ", ".join(f"{m:%Y-%m}" for m in report.months_dropped)
+        verb_months = "would drop" if report.dry_run else "dropped"
+        click.echo(f"archive months {verb_months} whole: {months}")
     cost = f"{report.seconds:.2f} s, {report.batches} batches, {report.scanned} rows read"
     if report.dry_run:
         click.echo(f"would delete {report.total} jobs (dry run: nothing deleted; {cost})")
@@ -160,3 +177,10 @@ def _days(days: int | None) -> str:
     if days is None:
         return "forever"
     return "1 day" if days == 1 else f"{days} days"
+
+
+def _queue_days(report: PruneReport, queue: str) -> str:
+    days = report.queue_retention.get(queue)
+    if days is None and report.default_retention is not None:
+        return f"{_days(report.default_retention)} (default)"
+    return _days(days)

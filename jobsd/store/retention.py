@@ -21,8 +21,11 @@ from jobsd.store.db import AsyncConn, AsyncPool, acquire, db_errors
 from jobsd.store.named import Row, run_named
 
 __all__ = [
+    "ArchiveScanBatch",
     "Policies",
     "ScanBatch",
+    "archive_delete_batch",
+    "archive_scan_batch",
     "connection_of",
     "delete_batch",
     "in_transaction",
@@ -52,6 +55,18 @@ class ScanBatch:
     ids: list[uuid.UUID]
     queues: list[str]
     """the queue of each due id, in the same order"""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveScanBatch:
+    """One batch of the walk over an archive month: what was read and what is due."""
+
+    scanned: int
+    last_at: datetime | None
+    last_id: uuid.UUID | None
+    ids: list[uuid.UUID]
+    finished: list[datetime]
+    queues: list[str]
 
 
 @asynccontextmanager
@@ -111,4 +126,39 @@ async def delete_batch(conn: AsyncConn, ids: list[uuid.UUID]) -> dict[str, int]:
     """Delete the due jobs of a batch that nobody holds; return the deleted per queue."""
     with db_errors(f"prune: deleting a batch of {len(ids)} jobs"):
         gone = await _run(conn, "jobs_prune_delete", {"ids": ids})
+    return {g["queue"]: int(g["deleted"]) for g in gone}
+
+
+async def archive_scan_batch(
+    conn: AsyncConn,
+    params: dict[str, Any],
+    *,
+    from_at: datetime,
+    until_at: datetime,
+    after_at: datetime,
+    after_id: uuid.UUID,
+) -> ArchiveScanBatch:
+    """Read the next batch of archived jobs that ended in ``[from_at, until_at)`` after
+    the keyset ``(after_at, after_id)``; return the due ones (``params`` as for
+    ``scan_batch``)."""
+    keys = {"from_at": from_at, "until_at": until_at, "after_at": after_at, "after_id": after_id}
+    with db_errors("prune: scanning the archive"):
+        rows = await _run(conn, "archive_prune_scan", {**params, **keys})
+    row = rows[0]
+    return ArchiveScanBatch(
+        row["scanned"],
+        row["last_at"],
+        row["last_id"],
+        list(row["ids"]),
+        list(row["finished"]),
+        list(row["queues"]),
+    )
+
+
+async def archive_delete_batch(
+    conn: AsyncConn, ids: list[uuid.UUID], finished: list[datetime]
+) -> dict[str, int]:
+    """Delete due archived jobs (with their history); return the deleted per queue."""
+    with db_errors(f"prune: deleting a batch of {len(ids)} archived jobs"):
+        gone = await _run(conn, "archive_prune_delete", {"ids": ids, "finished": finished})
     return {g["queue"]: int(g["deleted"]) for g in gone}
