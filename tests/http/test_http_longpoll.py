@@ -109,34 +109,48 @@ async def test_a_notification_lost_during_a_reconnect_is_made_up_by_a_reread(
     db_url: str, token_a: str
 ) -> None:
     """The job finishes while the LISTEN connection is being killed: the re-read after the
-    reconnect still answers the waiting request at once."""
+    reconnect still answers the waiting request at once.
+
+    On a loaded machine the killed backend may still deliver the notification before it
+    dies; the scenario is then played again (every answer is checked each time) until
+    the kill comes first, as it does almost always."""
     async with running_api(settings_for(db_url)) as api:
-        await api.until_listening()
-        job_id = (
-            await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
-        ).json()["id"]
-        out: list[httpx.Response] = []
-        answered = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(long_poll, api, token_a, job_id, 20.0, out, answered)
-            await wait_until(lambda: _waiting(api), what="the long-poll to register")
-            # answered within 3 s of the change, through the reconnect
-            with anyio.fail_after(3.0):
-                with psycopg.connect(db_url, autocommit=True) as conn, conn.transaction():
-                    conn.execute(
-                        "UPDATE jobsd.jobs SET status = 'cancelled', finished_at = now() "
-                        "WHERE id = %s",
-                        (job_id,),
-                    )
-                    conn.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE application_name = 'jobsd-api-listen' "
-                        "AND datname = current_database()"
-                    )
-                await answered.wait()
-        (answer,) = out
-        assert answer.json()["status"] == "cancelled"
-        assert api.backend.waiter.reconnects == 1
-        # the notification went to the killed connection: the re-read answered
-        assert api.backend.waiter.notifications == 0
-        await api.until_listening()
+        waiter = api.backend.waiter
+        lost = 0
+        for _attempt in range(5):
+            await api.until_listening()
+            reconnects, notifications = waiter.reconnects, waiter.notifications
+            job_id = (
+                await api.client.post("/jobs", json={"type": "t"}, headers=bearer(token_a))
+            ).json()["id"]
+            out: list[httpx.Response] = []
+            answered = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(long_poll, api, token_a, job_id, 20.0, out, answered)
+                await wait_until(lambda: _waiting(api), what="the long-poll to register")
+                # answered within 3 s of the change, through the reconnect
+                with anyio.fail_after(3.0):
+                    with psycopg.connect(db_url, autocommit=True) as conn, conn.transaction():
+                        conn.execute(
+                            "UPDATE jobsd.jobs SET status = 'cancelled', finished_at = now() "
+                            "WHERE id = %s",
+                            (job_id,),
+                        )
+                        conn.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE application_name = 'jobsd-api-listen' "
+                            "AND datname = current_database()"
+                        )
+                    await answered.wait()
+            (answer,) = out
+            assert answer.json()["status"] == "cancelled"
+
+            async def reconnected(before: int = reconnects) -> bool:
+                return waiter.reconnects == before + 1 and waiter.connected
+
+            await wait_until(reconnected, what="the LISTEN connection back")
+            if waiter.notifications == notifications:
+                # the notification went to the killed connection: the re-read answered
+                lost += 1
+                break
+        assert lost == 1

@@ -381,8 +381,10 @@ async def test_a_retry_policy_of_two_behind_a_long_job_gets_two_real_runs(
         blocker = await client.enqueue("long", {}, org_id="acme")
         await wait_status(db, blocker.id, "running")
         job = await client.enqueue("flaky", {}, org_id="acme")
-        await wait_reserved(db, job.id)
 
+        # a reservation given back (the only job that can be reserved is the flaky
+        # one) proves it was reserved: watching for the reservation itself, a window
+        # of claim_ahead_max_wait, can miss it on a loaded machine
         async def given_back() -> bool:
             return d.stats.given_back >= 1
 
