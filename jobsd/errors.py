@@ -85,6 +85,14 @@ class BackendUnavailable(DatabaseError):
     """The database cannot be reached; the operation did not take place."""
 
 
+class NoWritableServer(BackendUnavailable):
+    """Every server jobsd reached is read-only (a standby, or one not yet promoted).
+
+    The daemon waits for a primary (during a failover one appears within seconds);
+    commands and the daemon's start refuse with this error.
+    """
+
+
 class OutcomeUnknown(BackendUnavailable):
     """The connection dropped during a commit and jobsd could not tell whether it happened.
 

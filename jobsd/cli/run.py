@@ -62,10 +62,12 @@ def check_schema(url: str) -> None:
     """Refuse to start on a database whose schema is behind; tolerate one that is down."""
 
     from jobsd.cli.common import pending_migrations
-    from jobsd.errors import MigrationError
+    from jobsd.errors import MigrationError, NoWritableServer
 
     try:
         pending = pending_migrations(url)
+    except NoWritableServer as exc:
+        raise ConfigError(str(exc)) from exc  # a standby: waiting would not change it
     except BackendUnavailable as exc:
         logging.getLogger("jobsd.cli").warning("daemon.schema_unchecked", extra={"error": str(exc)})
         return

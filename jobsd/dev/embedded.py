@@ -333,8 +333,15 @@ class EmbeddedPostgres:
         extra_conf: dict[str, str] | None = None,
         hba_lines: list[str] | None = None,
         bindir: Path | None = None,
+        standby_of: str | None = None,
     ) -> None:
-        """Prepare (but do not start) a cluster in a new temporary directory."""
+        """Prepare (but do not start) a cluster in a new temporary directory.
+
+        With ``standby_of`` (a superuser URL of a running primary, with an
+        ``application_name`` when the primary names its synchronous standbys) the data
+        directory is a base backup of that primary instead of a new cluster, and the
+        server starts as its streaming standby (``promote()`` makes it a primary).
+        """
         if bindir is not None:
             bindir = Path(bindir)
             if not _has_binaries(bindir):
@@ -345,6 +352,7 @@ class EmbeddedPostgres:
         else:
             self._bindir = find_bindir()
         self._fsync = fsync
+        self._standby_of = standby_of
         self._extra_conf = dict(extra_conf or {})
         self._hba_lines = list(hba_lines) if hba_lines is not None else None
         self._auto_port = port is None
@@ -498,6 +506,20 @@ class EmbeddedPostgres:
                 f"initdb failed in {self.data_dir} (exit {result.returncode}):\n{tail}"
             )
 
+        self._write_conf()
+        self._initialized = True
+        log.info(
+            "embedded.initdb",
+            extra={
+                "data_dir": str(self.data_dir),
+                "bindir": str(self._bindir),
+                "os_user": self._user.pw_name if self._user else None,
+                "elapsed_ms": round((time.monotonic() - t0) * 1000),
+            },
+        )
+
+    def _write_conf(self) -> None:
+        """Append jobsd's settings to postgresql.conf (later lines win) and write pg_hba."""
         conf: dict[str, str] = {
             "listen_addresses": "127.0.0.1",
             "unix_socket_directories": str(self._sock_dir),
@@ -516,13 +538,52 @@ class EmbeddedPostgres:
             fh.write("\n".join(lines) + "\n")
         if self._hba_lines is not None:
             (self.data_dir / "pg_hba.conf").write_text("\n".join(self._hba_lines) + "\n")
+
+    def _base_backup(self, primary_url: str) -> None:
+        """Fill the data directory with a base backup of a running primary, set up to
+        stream from it as a standby (``pg_basebackup -R``)."""
+        t0 = time.monotonic()
+        args = [
+            self._bin("pg_basebackup"),
+            "-D",
+            str(self.data_dir),
+            "-d",
+            primary_url,
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        ]
+        if not self._fsync:
+            args.append("--no-sync")
+        try:
+            result = subprocess.run(
+                args,
+                cwd=self._base,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=300,
+                check=False,
+                **self._as_user(),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ConfigError(f"cannot run {args[0]}: {exc}") from exc
+        if result.returncode != 0:
+            tail = "\n".join(result.stdout.strip().splitlines()[-_LOG_TAIL_LINES:])
+            raise ConfigError(f"pg_basebackup failed (exit {result.returncode}):\n{tail}")
+        # the primary's pid file and socket settings came with the copy
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir / "postmaster.pid").unlink()
+        self._write_conf()
         self._initialized = True
         log.info(
-            "embedded.initdb",
+            "embedded.base_backup",
             extra={
                 "data_dir": str(self.data_dir),
-                "bindir": str(self._bindir),
-                "os_user": self._user.pw_name if self._user else None,
                 "elapsed_ms": round((time.monotonic() - t0) * 1000),
             },
         )
@@ -619,7 +680,10 @@ class EmbeddedPostgres:
             return
         t0 = time.monotonic()
         if not self._initialized:
-            self._initdb()
+            if self._standby_of is not None:
+                self._base_backup(self._standby_of)
+            else:
+                self._initdb()
         self._remove_stale_locks()
         attempts = _PORT_ATTEMPTS if self._auto_port and not self._ever_started else 1
         for attempt in range(1, attempts + 1):
@@ -709,6 +773,33 @@ class EmbeddedPostgres:
                 "pg_pid": pid,
                 "elapsed_ms": round((time.monotonic() - t0) * 1000),
             },
+        )
+
+    def promote(self) -> None:
+        """Make this standby a primary (``pg_ctl promote``) and wait until it accepts writes."""
+        t0 = time.monotonic()
+        args = [self._bin("pg_ctl"), "promote", "-w", "-t", str(_START_TIMEOUT_S), "-D"]
+        args.append(str(self.data_dir))
+        try:
+            result = subprocess.run(
+                args,
+                cwd=self._base,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=_START_TIMEOUT_S + 10,
+                check=False,
+                **self._as_user(),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ConfigError(f"cannot run {args[0]}: {exc}") from exc
+        if result.returncode != 0:
+            raise ConfigError(f"pg_ctl promote failed (exit {result.returncode}): {result.stdout}")
+        log.info(
+            "embedded.promoted",
+            extra={"port": self._port, "elapsed_ms": round((time.monotonic() - t0) * 1000)},
         )
 
     def restart(self) -> None:

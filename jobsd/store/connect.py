@@ -21,6 +21,7 @@ BackendUnavailable naming the operation (``db_errors``), translated once, here.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -59,6 +60,8 @@ _KEEPALIVES: dict[str, Any] = {
 }
 # the client warns about a block this long after the server should have cancelled it
 _DEADLINE_MARGIN_S = 1.0
+# libpq's environment variable for target_session_attrs (the operator's choice wins)
+_TSA_ENV = "PGTARGETSESSIONATTRS"
 # a failed reconnect of a pool is retried on the next demand after this long at most
 _POOL_RECONNECT_TIMEOUT_S = 10.0
 
@@ -97,24 +100,34 @@ def check_url(url: str) -> str | None:
     return None
 
 
-def _params(url: str, application_name: str) -> dict[str, Any]:
+def _params(url: str, application_name: str, *, writable: bool = True) -> dict[str, Any]:
     check_url(url)
     # a value the URL sets itself (a longer connect_timeout for a far server) wins
     given = conninfo_to_dict(url)
     link = {k: v for k, v in _KEEPALIVES.items() if k not in given}
+    if writable and "target_session_attrs" not in given and not os.environ.get(_TSA_ENV):
+        # jobsd writes: of the servers a URL lists (host=a,b), take the one that accepts
+        # writes, so that after a failover every reconnect finds the new primary
+        link["target_session_attrs"] = "read-write"
     extra = {} if url in _trusted else auth_params(url)
     return {"application_name": application_name, **link, **extra}
 
 
 @contextmanager
 def connect(
-    url: str, *, application_name: str, operation: str, autocommit: bool = True
+    url: str,
+    *,
+    application_name: str,
+    operation: str,
+    autocommit: bool = True,
+    writable: bool = True,
 ) -> Iterator[OwnConn]:
     """Open a one-off sync connection (dict rows) for the block, and close it after.
 
-    A failure to connect is BackendUnavailable naming ``operation``.
+    A failure to connect is BackendUnavailable naming ``operation``. ``writable``
+    (default) takes only a server that accepts writes; false takes any (a replica).
     """
-    params = _params(url, application_name)
+    params = _params(url, application_name, writable=writable)
     with db_errors(operation):
         conn = psycopg.Connection.connect(
             url, autocommit=autocommit, row_factory=dict_row, **params
@@ -125,12 +138,14 @@ def connect(
         conn.close()
 
 
-async def open_connection_async(url: str, *, application_name: str, operation: str) -> OwnAsyncConn:
+async def open_connection_async(
+    url: str, *, application_name: str, operation: str, writable: bool = True
+) -> OwnAsyncConn:
     """Open a long-lived async autocommit connection (dict rows); the caller closes it.
 
     For dedicated connections (LISTEN, locks) that outlive one block of code.
     """
-    params = _params(url, application_name)
+    params = _params(url, application_name, writable=writable)
     with db_errors(operation):
         return await psycopg.AsyncConnection.connect(
             url, autocommit=True, row_factory=dict_row, **params
@@ -139,10 +154,12 @@ async def open_connection_async(url: str, *, application_name: str, operation: s
 
 @asynccontextmanager
 async def connect_async(
-    url: str, *, application_name: str, operation: str
+    url: str, *, application_name: str, operation: str, writable: bool = True
 ) -> AsyncIterator[OwnAsyncConn]:
     """Open a one-off async autocommit connection (dict rows) for the block."""
-    conn = await open_connection_async(url, application_name=application_name, operation=operation)
+    conn = await open_connection_async(
+        url, application_name=application_name, operation=operation, writable=writable
+    )
     try:
         yield conn
     finally:
@@ -158,6 +175,7 @@ def make_async_pool(
     timeout_s: float,
     statement_timeout_s: float | None = None,
     give_up_after_s: float | None = None,
+    writable: bool = True,
 ) -> AsyncPool:
     """Create (unopened) an async pool of autocommit connections named ``jobsd-<name>``.
 
@@ -173,9 +191,10 @@ def make_async_pool(
     (``db.no_answer``) about a block without an answer ``statement_timeout_s`` + 1 s
     after it began (the database is unreachable), and gives up on it after
     ``give_up_after_s`` (default: 6 statement timeouts, at least 30 s), raising
-    BackendUnavailable.
+    BackendUnavailable. ``writable`` false lets the pool use a read-only server (a
+    replica for reads that may lag).
     """
-    options = _pool_options(url, name, min_size, max_size, timeout_s)
+    options = _pool_options(url, name, min_size, max_size, timeout_s, writable=writable)
     settings = dict(_SESSION_SETTINGS)
     if statement_timeout_s is not None:
         settings |= {
@@ -214,7 +233,13 @@ def _ms(seconds: float) -> str:
 
 
 def make_sync_pool(
-    url: str, *, name: str, min_size: int, max_size: int, timeout_s: float
+    url: str,
+    *,
+    name: str,
+    min_size: int,
+    max_size: int,
+    timeout_s: float,
+    writable: bool = True,
 ) -> SyncPool:
     """Create (unopened) a sync pool, for threads and scripts; see ``make_async_pool``."""
 
@@ -225,15 +250,16 @@ def make_sync_pool(
         url,
         connection_class=psycopg.Connection[DictRow],
         configure=configure,
-        **_pool_options(url, name, min_size, max_size, timeout_s),
+        **_pool_options(url, name, min_size, max_size, timeout_s, writable=writable),
     )
 
 
 def _pool_options(
-    url: str, name: str, min_size: int, max_size: int, timeout_s: float
+    url: str, name: str, min_size: int, max_size: int, timeout_s: float, *, writable: bool
 ) -> dict[str, Any]:
+    params = _params(url, f"jobsd-{name}", writable=writable)
     return {
-        "kwargs": {"autocommit": True, "row_factory": dict_row, **_params(url, f"jobsd-{name}")},
+        "kwargs": {"autocommit": True, "row_factory": dict_row, **params},
         "min_size": min_size,
         "max_size": max_size,
         "name": name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -32,6 +33,7 @@ from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
     InvalidPayload,
+    NoWritableServer,
     OrgQuotaExceeded,
     PayloadTooLarge,
     QueueFull,
@@ -49,6 +51,7 @@ __all__ = [
     "acquire_sync",
     "cause_of",
     "db_errors",
+    "is_read_only",
     "is_unavailable",
     "make_async_pool",
     "transient_retries",
@@ -85,6 +88,8 @@ def db_errors(operation: str) -> Iterator[None]:
     try:
         yield
     except PoolTimeout as exc:
+        if is_read_only(exc) or _pool_found_read_only():
+            raise NoWritableServer(f"{operation} failed: {_NO_WRITABLE_SERVER} ({exc})") from exc
         raise BackendUnavailable(f"{operation} failed: database unavailable ({exc})") from exc
     except psycopg.errors.ForeignKeyViolation as exc:
         if exc.diag.constraint_name == "jobs_queue_fkey":
@@ -114,6 +119,8 @@ def db_errors(operation: str) -> Iterator[None]:
             raise _queue_full(exc) from exc
         if exc.sqlstate == ORG_QUOTA_SQLSTATE:
             raise _org_quota(exc) from exc
+        if is_read_only(exc):
+            raise NoWritableServer(f"{operation} failed: {_NO_WRITABLE_SERVER} ({exc})") from exc
         if is_unavailable(exc):
             what = (
                 "connection unusable"
@@ -166,6 +173,62 @@ _UNAVAILABLE_STATES = frozenset(
 )
 
 
+_NO_WRITABLE_SERVER = (
+    "no writable database server: the server reached is read-only (a standby, or one "
+    "not yet promoted); point JOBSD_DATABASE_URL at the primary, or list every server "
+    "of the cluster in it (host=a,b) so that jobsd finds the one that accepts writes"
+)
+# libpq's words when target_session_attrs=read-write (or primary) turns a server down
+_READ_ONLY_SESSION = ("session is read-only", "server is in hot standby mode")
+
+
+class _LastConnectError(logging.Handler):
+    """Remember when a pool last failed to connect and why: its timeout does not say."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.message = ""
+        self.at = 0.0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text.startswith("error connecting in "):
+            self.message, self.at = text, time.monotonic()
+
+
+_last_connect_error = _LastConnectError()
+logging.getLogger("psycopg.pool").addHandler(_last_connect_error)
+# a pool's failed attempt this recent explains its timeout
+_CONNECT_ERROR_FRESH_S = 15.0
+
+
+def _pool_found_read_only() -> bool:
+    """Say whether a pool's latest failed connection found only read-only servers."""
+    recent = time.monotonic() - _last_connect_error.at < _CONNECT_ERROR_FRESH_S
+    return recent and any(words in _last_connect_error.message for words in _READ_ONLY_SESSION)
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """Say whether a psycopg error means the server reached takes no writes: a write
+    refused as read-only (SQLSTATE 25006), or a connection that libpq turned down
+    because no server it tried accepted writes."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    if exc.sqlstate == "25006":
+        return True
+    if exc.sqlstate is not None or not isinstance(exc, psycopg.OperationalError):
+        return False
+    # a pool's timeout carries its last failed attempt down its chain of causes
+    texts = []
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        texts.append(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return any(words in text for text in texts for words in _READ_ONLY_SESSION)
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """Say whether a psycopg error means the database is away (retry) rather than
     that the statement cannot succeed (poison).
@@ -177,6 +240,8 @@ def is_unavailable(exc: BaseException) -> bool:
         return True
     if not isinstance(exc, psycopg.Error):
         return False
+    if is_read_only(exc):  # during a failover a primary appears within seconds
+        return True
     state = exc.sqlstate
     if state is None:
         return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)

@@ -27,6 +27,7 @@ from jobsd.errors import (
     BackendUnavailable,
     DatabaseError,
     DuplicateJob,
+    NoWritableServer,
     OutcomeUnknown,
     UnknownDependency,
     UnknownQueue,
@@ -285,12 +286,14 @@ class _DroppedConnection:
         self.spec = spec
         self.attempt = 0
         self.sent = False
+        self._sent_before = False
         self._connected = False
 
     def start(self) -> None:
         """Count an attempt."""
         self.attempt += 1
         self._connected = False
+        self._sent_before = self.sent
 
     def connected(self) -> None:
         """Note that this attempt got a connection: statements may reach the database."""
@@ -298,6 +301,8 @@ class _DroppedConnection:
 
     def failed(self, exc: BackendUnavailable) -> float:
         """Return how long to wait before the next attempt, or raise the final error."""
+        if isinstance(exc, NoWritableServer) and not self._sent_before:
+            raise exc  # a read-only server wrote nothing, and trying again would not help
         if self.attempt >= _CONNECTION_TRIES or not self._connected:
             if self.sent and self.spec.id_may_exist:
                 raise OutcomeUnknown(

@@ -225,11 +225,14 @@ chosen AS (
 -- is of an at-most-once type or has a concurrency key, this transaction commits
 -- without waiting for its WAL to reach the disk. A claim lost in a crash of Postgres
 -- is a job queued again, never a job lost; the run's later writes (heartbeat, outcome)
--- wait for the disk, and with them for this claim. `relaxed_commit` in RETURNING is
--- there to make commit_mode run (a CTE nobody reads is not evaluated).
+-- wait for the disk, and with them for this claim. A server that waits for synchronous
+-- standbys (synchronous_standby_names set) waits for them on claims too: a failover
+-- must not undo a claim whose handler runs. `relaxed_commit` in RETURNING is there to
+-- make commit_mode run (a CTE nobody reads is not evaluated).
 commit_mode AS MATERIALIZED (
   SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
-  WHERE %(relaxed_commit)s AND NOT EXISTS (
+  WHERE %(relaxed_commit)s AND current_setting('synchronous_standby_names') = ''
+    AND NOT EXISTS (
     SELECT 1 FROM chosen AS c WHERE c.at_most_once OR c.concurrency_key IS NOT NULL))
 UPDATE jobsd.jobs AS j
 SET status = CASE WHEN chosen.starts THEN 'running' ELSE 'queued' END,
@@ -282,10 +285,11 @@ WHERE h.fields IS NULL AND j.lease_id = h.lease_id AND j.status = 'running';
 -- `confirm` (a second try after an answer that never came) also returns the jobs the
 -- first try started: their rows are locked and read at their latest version, so a
 -- try still committing is waited for. The commit waits for the disk unless `relaxed`
--- (the claim's rule: a start undone by a crash of Postgres is a job queued again).
+-- (the claim's rule: a start undone by a crash of Postgres is a job queued again; on a
+-- server with synchronous standbys it waits for them, as the claim does).
 WITH commit_mode AS MATERIALIZED (
   SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
-  WHERE %(relaxed)s)
+  WHERE %(relaxed)s AND current_setting('synchronous_standby_names') = '')
 UPDATE jobsd.jobs AS j
 SET status = 'running',
     started_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.started_at END,

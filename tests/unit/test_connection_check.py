@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobsd.errors import ConfigError
+from jobsd.store import connect as connect_module
 from jobsd.store.tls import (
     SecuritySettings,
     allow_insecure,
@@ -214,3 +215,31 @@ def test_a_server_not_verified_is_named(url: str, unverified: bool) -> None:
     assert (reason is not None) == unverified
     if reason:
         assert "verify-full" in reason
+
+
+def test_every_plaintext_host_of_a_multi_host_url_is_named() -> None:
+    reason = insecure_reason("host=db1.example.com,db2.example.com dbname=jobs", {})
+    assert reason is not None and "db1.example.com, db2.example.com" in reason
+    assert insecure_reason("host=db1,db2 port=5432,5433 sslmode=verify-full", {}) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "writable", "expected"),
+    [
+        ("host=/run/postgresql dbname=jobs", True, "read-write"),
+        ("postgresql://app@db1:5432,db2:5432/jobs?sslmode=require", True, "read-write"),
+        ("host=/run/postgresql dbname=jobs", False, None),
+        ("host=/run/postgresql dbname=jobs target_session_attrs=primary", True, None),
+    ],
+)
+def test_writes_go_to_a_server_that_accepts_them(
+    url: str, writable: bool, expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jobsd's own connections take only a writable server of those a URL lists,
+    unless the URL (or PGTARGETSESSIONATTRS) says otherwise; a replica's do not."""
+    monkeypatch.delenv("PGTARGETSESSIONATTRS", raising=False)
+    monkeypatch.setenv("JOBSD_REQUIRE_SCRAM", "0")
+    params = connect_module._params(url, "jobsd-test", writable=writable)
+    assert params.get("target_session_attrs") == expected
+    monkeypatch.setenv("PGTARGETSESSIONATTRS", "any")
+    assert "target_session_attrs" not in connect_module._params(url, "jobsd-test")
