@@ -140,8 +140,8 @@ def test_t25_failovers_under_load(
                 amo_reruns=audit.amo_reruns,
                 overlapping_runs=audit.overlaps,
                 phantom_runs=audit.phantom_runs,
-                lag_bytes_at_kill=[f.lag_bytes for f in pair.failovers],
             )
+        scenario.record(lag_bytes_at_kill=[f.lag_bytes for f in pair.failovers])
         for daemon in daemons:
             scenario.expect_no_tracebacks(daemon, f"tracebacks_{daemon.pid}")
         scenario.verdict()
