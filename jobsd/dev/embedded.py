@@ -468,6 +468,28 @@ class EmbeddedPostgres:
     def _bin(self, name: str) -> str:
         return str(self._bindir / name)
 
+    def _run_tool(self, args: list[str], *, timeout_s: float, failed: str) -> None:
+        """Run a Postgres tool as the cluster's OS user; ConfigError with its output's
+        tail when it cannot run or fails."""
+        try:
+            result = subprocess.run(
+                args,
+                cwd=self._base,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                **self._as_user(),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ConfigError(f"cannot run {args[0]}: {exc}") from exc
+        if result.returncode != 0:
+            tail = "\n".join(result.stdout.strip().splitlines()[-_LOG_TAIL_LINES:])
+            raise ConfigError(f"{failed} (exit {result.returncode}):\n{tail}")
+
     def _initdb(self) -> None:
         """Create the data directory and write the configuration."""
         t0 = time.monotonic()
@@ -485,26 +507,7 @@ class EmbeddedPostgres:
         ]
         if not self._fsync:
             args.append("--no-sync")
-        try:
-            result = subprocess.run(
-                args,
-                cwd=self._base,
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=120,
-                check=False,
-                **self._as_user(),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ConfigError(f"cannot run {args[0]}: {exc}") from exc
-        if result.returncode != 0:
-            tail = "\n".join(result.stdout.strip().splitlines()[-_LOG_TAIL_LINES:])
-            raise ConfigError(
-                f"initdb failed in {self.data_dir} (exit {result.returncode}):\n{tail}"
-            )
+        self._run_tool(args, timeout_s=120, failed=f"initdb failed in {self.data_dir}")
 
         self._write_conf()
         self._initialized = True
@@ -557,24 +560,7 @@ class EmbeddedPostgres:
         ]
         if not self._fsync:
             args.append("--no-sync")
-        try:
-            result = subprocess.run(
-                args,
-                cwd=self._base,
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=300,
-                check=False,
-                **self._as_user(),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ConfigError(f"cannot run {args[0]}: {exc}") from exc
-        if result.returncode != 0:
-            tail = "\n".join(result.stdout.strip().splitlines()[-_LOG_TAIL_LINES:])
-            raise ConfigError(f"pg_basebackup failed (exit {result.returncode}):\n{tail}")
+        self._run_tool(args, timeout_s=300, failed="pg_basebackup failed")
         # the primary's pid file and socket settings came with the copy
         with contextlib.suppress(FileNotFoundError):
             (self.data_dir / "postmaster.pid").unlink()
@@ -780,23 +766,7 @@ class EmbeddedPostgres:
         t0 = time.monotonic()
         args = [self._bin("pg_ctl"), "promote", "-w", "-t", str(_START_TIMEOUT_S), "-D"]
         args.append(str(self.data_dir))
-        try:
-            result = subprocess.run(
-                args,
-                cwd=self._base,
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=_START_TIMEOUT_S + 10,
-                check=False,
-                **self._as_user(),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ConfigError(f"cannot run {args[0]}: {exc}") from exc
-        if result.returncode != 0:
-            raise ConfigError(f"pg_ctl promote failed (exit {result.returncode}): {result.stdout}")
+        self._run_tool(args, timeout_s=_START_TIMEOUT_S + 10, failed="pg_ctl promote failed")
         log.info(
             "embedded.promoted",
             extra={"port": self._port, "elapsed_ms": round((time.monotonic() - t0) * 1000)},
