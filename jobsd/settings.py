@@ -114,6 +114,13 @@ class Settings(BaseSettings):
     """libpq URL or key=value string; unset means the systemd credential ``database_url``
     (``$CREDENTIALS_DIRECTORY/database_url``), else "no database configured"."""
 
+    read_database_url: str | None = None
+    """A streaming replica of that database, for the reads that may lag (the dashboard,
+    job listings, ``GET /jobs/{id}`` without ``wait``, ``jobsd top``, ``jobsd export``):
+    the primary answers whenever the replica does not (docs/replicas.md). Unset: every
+    read goes to the primary. The commands read as the role it names: the owner's, as
+    ``JOBSD_DATABASE_URL`` (the API reads as ``JOBSD_API_READ_DATABASE_URL``'s)."""
+
     handlers: CommaList = []
     """Modules to import at start; importing them registers their handlers."""
 

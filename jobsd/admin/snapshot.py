@@ -49,15 +49,20 @@ class SnapshotSummary:
     generated_at: datetime
     queues: int
     jobs: int
+    replica: bool = False
+    """True: read on the read replica (``JOBSD_READ_DATABASE_URL``)."""
+    lag_s: float | None = None
+    """The replica's delay behind the primary, in seconds (None: unknown, or primary)."""
 
 
-def write_snapshot(url: str, out: BinaryIO) -> SnapshotSummary:
-    """Write a snapshot of the database at ``url`` to ``out`` (UTF-8), as it streams."""
-    with _consistent_view(url) as view:
+def write_snapshot(url: str, out: BinaryIO, *, read_url: str | None = None) -> SnapshotSummary:
+    """Write a snapshot of the database at ``url`` to ``out`` (UTF-8), as it streams;
+    read on ``read_url`` (a replica) when it answers."""
+    with _consistent_view(url, read_url) as view:
         return _write(view, out)
 
 
-def write_snapshot_file(url: str, path: Path) -> SnapshotSummary:
+def write_snapshot_file(url: str, path: Path, *, read_url: str | None = None) -> SnapshotSummary:
     """Write a snapshot to ``path`` atomically: the old file stays until the new is whole.
 
     The temporary file is ``.<name>.tmp-<pid>-<random>`` in the target's directory
@@ -69,7 +74,7 @@ def write_snapshot_file(url: str, path: Path) -> SnapshotSummary:
     directory = target.absolute().parent
     temporary: Path | None = None
     try:
-        with _consistent_view(url) as view:
+        with _consistent_view(url, read_url) as view:
             fd, name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.tmp-{os.getpid()}-")
             temporary = Path(name)
             with os.fdopen(fd, "wb") as out:
@@ -99,9 +104,9 @@ SCHEMA_VERSION_NEEDED = 8
 
 
 @contextmanager
-def _consistent_view(url: str) -> Iterator[_View]:
+def _consistent_view(url: str, read_url: str | None) -> Iterator[_View]:
     """Open the read-only REPEATABLE READ transaction and read the header and queues."""
-    with store.consistent_view(url) as reader:
+    with store.consistent_view(url, read_url=read_url) as reader:
         meta = reader.meta()
         if not meta["migrated"]:
             raise MigrationError(
@@ -159,10 +164,13 @@ def _write(view: _View, out: BinaryIO) -> SnapshotSummary:
         out.write(f"{',' if count else ''}\n    {_job_line(row)}".encode())
         count += 1
     out.write(b"\n  ]\n}\n")
+    reader = view.reader
     return SnapshotSummary(
         generated_at=datetime.fromisoformat(view.header["generated_at"]),
         queues=len(view.queues),
         jobs=count,
+        replica=reader.replica,
+        lag_s=reader.lag_s() if reader.replica else None,
     )
 
 

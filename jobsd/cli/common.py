@@ -27,6 +27,7 @@ from jobsd.settings import Settings, credential_database_url
 
 if TYPE_CHECKING:
     from jobsd.ops import AsyncConn, Caller
+    from jobsd.store.replica import Lagged, ReplicaReader
 
 __all__ = [
     "Moment",
@@ -34,6 +35,7 @@ __all__ = [
     "connect",
     "database_url_option",
     "given_url",
+    "lagging_reader",
     "load_settings",
     "migrate",
     "on_job",
@@ -42,9 +44,11 @@ __all__ = [
     "operator",
     "operator_url",
     "pending_migrations",
+    "replica_line",
     "require_url",
     "run_as",
     "run_async",
+    "run_lagging",
     "token_option",
     "warn_if_insecure",
 ]
@@ -166,6 +170,62 @@ def run_as(
         return await work(conn, await caller_of(conn, token))
 
     return run_async(url, operation, apply, command=command)
+
+
+def lagging_reader(
+    url: str, read_url: str | None, *, command: str, operation: str
+) -> ReplicaReader:
+    """Return the reader of a command's reads that may lag: on ``read_url``
+    (JOBSD_READ_DATABASE_URL, a streaming replica) while it answers, else on ``url``.
+    A job or a token the replica does not know yet is looked up on the primary."""
+    from jobsd.errors import JobNotFound
+    from jobsd.store.replica import ReplicaReader
+
+    return ReplicaReader(
+        url,
+        read_url,
+        application_name=f"jobsd-{command}",
+        operation=operation,
+        retry_on=(JobNotFound, ConfigError),
+    )
+
+
+def run_lagging(
+    settings: Settings,
+    token: str | None,
+    operation: str,
+    work: Callable[[AsyncConn, Caller], Awaitable[T]],
+    *,
+    command: str,
+) -> Lagged[T]:
+    """``run_as`` for a read that may lag (``lagging_reader``): the answer says whether
+    the replica gave it, and its delay."""
+    import anyio
+
+    reader = lagging_reader(
+        require_url(settings), settings.read_database_url, command=command, operation=operation
+    )
+
+    async def apply(conn: AsyncConn) -> T:
+        return await work(conn, await caller_of(conn, token))
+
+    async def main() -> Lagged[T]:
+        try:
+            return await reader.read(apply)
+        finally:
+            await reader.aclose()
+
+    return anyio.run(main)
+
+
+def replica_line(replica: bool, lag_s: float | None) -> str | None:
+    """Say where a read that may lag came from: ``read from a replica, 0.3 s behind``;
+    None for the primary."""
+    if not replica:
+        return None
+    if lag_s is None:
+        return "read from a replica, delay unknown"
+    return f"read from a replica, {lag_s:.1f} s behind"
 
 
 def on_job(

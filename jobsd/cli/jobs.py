@@ -7,7 +7,7 @@ from datetime import datetime
 
 import click
 
-from jobsd.cli.common import Moment, load_settings, require_url, run_as, token_option
+from jobsd.cli.common import Moment, load_settings, replica_line, run_lagging, token_option
 from jobsd.cli.errors import fail, friendly_errors
 from jobsd.models import Job, JobStatus
 
@@ -60,13 +60,17 @@ def jobs_list(
     as_json: bool,
     token: str | None,
 ) -> None:
-    """List jobs, newest first (every org's unless --org; a token's org only)."""
+    """List jobs, newest first (every org's unless --org; a token's org only).
+
+    With JOBSD_READ_DATABASE_URL the list is read on that replica while it answers,
+    and a line on stderr says so, with its delay.
+    """
     from jobsd.ops import AsyncConn, Caller
     from jobsd.ops.listing import Cursor, list_jobs
 
     if org_id is not None and not org_id:
         fail("--org must not be empty")
-    url = require_url(load_settings())
+    settings = load_settings()
 
     async def pages(conn: AsyncConn, caller: Caller) -> list[Job]:
         found: list[Job] = []
@@ -89,7 +93,11 @@ def jobs_list(
             after = page.next
         return found
 
-    found = run_as(url, token, "listing of jobs", pages, command="jobs")
+    served = run_lagging(settings, token, "listing of jobs", pages, command="jobs")
+    found = served.value
+    line = replica_line(served.replica, served.lag_s)
+    if line is not None:  # on stderr: the listing itself stays as scripts read it
+        click.echo(f"jobsd: {line}", err=True)
     if as_json:
         for job in found:
             click.echo(json.dumps(_listed(job)))

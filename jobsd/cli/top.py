@@ -3,7 +3,8 @@
 It reads what the dashboard's overview reads (``jobsd.ops.overview``, shaped by
 ``jobsd.http.ui.views``),
 for every org, and redraws every ``--interval`` until Ctrl-C. While the database is
-away it says so and keeps trying.
+away it says so and keeps trying. With JOBSD_READ_DATABASE_URL it reads that replica
+while it answers (a line under the title gives its delay), else the primary.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from jobsd.cli.common import load_settings, operator, require_url
+from jobsd.cli.common import lagging_reader, load_settings, operator, replica_line, require_url
 from jobsd.cli.errors import friendly_errors
 from jobsd.settings import parse_duration
 
@@ -77,13 +78,21 @@ def _table(title: str) -> Any:
 
 
 def render(
-    data: dict[str, Any], *, now: str, width: int = 120, error: str | None = None
+    data: dict[str, Any],
+    *,
+    now: str,
+    width: int = 120,
+    error: str | None = None,
+    replica: str | None = None,
 ) -> RenderableType:
-    """Build the screen: queues, daemons, recent failures (and an error line, if any)."""
+    """Build the screen: queues, daemons, recent failures (and an error line, if any;
+    ``replica``: the line saying the screen was read from a replica)."""
     from rich.console import Group
     from rich.text import Text
 
     parts: list[RenderableType] = [Text(f"jobsd top   {now}   (Ctrl-C to quit)", style="bold")]
+    if replica:
+        parts.append(Text(replica, style="yellow"))
     if error:
         parts.append(Text(f"database unavailable: {error} (retrying)", style="bold red"))
     queues = _table("queues")
@@ -173,7 +182,6 @@ def top(interval: str, once: bool) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    from jobsd.cli.common import open_connection_async
     from jobsd.errors import BackendUnavailable
 
     try:
@@ -182,45 +190,43 @@ def top(interval: str, once: bool) -> None:
         raise click.BadParameter(str(exc), param_hint="--interval") from exc
     if every_s <= 0:
         raise click.BadParameter("must be positive", param_hint="--interval")
-    url = require_url(load_settings())
+    settings = load_settings()
+    # the connections (to the replica, to the primary) are kept between screens; one
+    # that failed is reopened at the next
+    reader = lagging_reader(
+        require_url(settings), settings.read_database_url, command="top", operation="jobsd top"
+    )
     console = Console()
 
-    async def screen(conn: AsyncConn | None) -> tuple[RenderableType, AsyncConn | None]:
+    async def screen() -> RenderableType:
         from datetime import UTC, datetime
 
         now = datetime.now(UTC)
         stamp = now.strftime("%Y-%m-%d %H:%M:%S UTC")
         try:
-            if conn is None or conn.closed:
-                conn = await open_connection_async(
-                    url, application_name="jobsd-top", operation="jobsd top"
-                )
-            data = await _snapshot(conn)
+            served = await reader.read(_snapshot)
         except BackendUnavailable as exc:
-            if conn is not None:
-                await conn.close()
             if once:
                 raise
             error = " ".join(str(exc).split())  # one line
-            return render({}, now=stamp, width=console.width, error=error), None
+            return render({}, now=stamp, width=console.width, error=error)
+        data = served.value
         data["now_ts"] = now
-        return render(data, now=stamp, width=console.width), conn
+        return render(
+            data, now=stamp, width=console.width, replica=replica_line(served.replica, served.lag_s)
+        )
 
     async def main() -> None:
-        conn: AsyncConn | None = None
         try:
             if once:
-                shown, conn = await screen(conn)
-                console.print(shown)
+                console.print(await screen())
                 return
             with Live(console=console, auto_refresh=False, screen=False) as live:
                 while True:
-                    shown, conn = await screen(conn)
-                    live.update(shown, refresh=True)
+                    live.update(await screen(), refresh=True)
                     await anyio.sleep(every_s)
         finally:
-            if conn is not None:
-                await conn.close()
+            await reader.aclose()
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the normal way out
         anyio.run(main)

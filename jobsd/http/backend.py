@@ -6,6 +6,12 @@ is down. Submissions, reads, cancels and introspection use a pool of the API's o
 so the API never takes connections from an attached daemon. Every query on jobs sets
 the org for its transaction first (``store.api.run_for_org``): the API works under the
 enqueue or the read role, with row-level security behind its ``WHERE org_id``.
+
+With a read replica (``JOBSD_API_READ_DATABASE_URL``, else ``JOBSD_READ_DATABASE_URL``)
+the reads that may lag (``read_lagging``: the dashboard's pages, listings, a job read
+without ``wait``) use a second pool on it, under the same role check and the same org
+context per read; the primary answers whenever the replica does not
+(``store.replica``). Everything else stays on the primary (docs/replicas.md).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
 
-from jobsd.errors import BackendUnavailable, ConfigError
+from jobsd.errors import BackendUnavailable, ConfigError, JobNotFound
 from jobsd.http.loadlimits import ConcurrencyCap, ProbeCache
 from jobsd.http.monitor import LoopMonitor
 from jobsd.http.problems import problem
@@ -33,11 +39,16 @@ from jobsd.store.api import role_bypass
 from jobsd.store.connect import make_async_pool
 from jobsd.store.db import AsyncConn, AsyncPool, acquire
 from jobsd.store.enqueue import enqueue_on_pool
+from jobsd.store.replica import Lagged, ReplicaGate, try_replica
 from jobsd.store.tls import allow_insecure
 
-__all__ = ["ApiBackend"]
+__all__ = ["ApiBackend", "Lagged"]
 
 log = logging.getLogger(__name__)
+
+# the longest a read waits for a connection of the replica before the primary answers
+# it (after which the replica's gate stays closed for store.replica.RETRY_AFTER_S)
+_REPLICA_WAIT_S = 1.0
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -72,6 +83,10 @@ class ApiBackend:
         self.longpoll_reads = anyio.Semaphore(max(1, self.settings.pool_size // 2))
         self._pool: AsyncPool | None = None
         self._probe_pool: AsyncPool | None = None
+        self._replica_pool: AsyncPool | None = None
+        self._replica_role_checked = False
+        self.replica_gate = ReplicaGate()
+        """Whether the reads that may lag try the replica now (closed after a failure)."""
         self._waiter: DoneWaiter | None = None
         self._ready: anyio.Event | None = None
         self._role_checked = False
@@ -156,6 +171,27 @@ class ApiBackend:
         """
         return await self._run(operation, lambda conn: fn(conn, *args, **kwargs), repeat=True)
 
+    async def read_lagging(
+        self, operation: str, work: Callable[[AsyncConn], Awaitable[T]], *, fresh: bool = False
+    ) -> Lagged[T]:
+        """Run ``work(conn)``, a read that may lag, on the read replica; on the primary
+        (``read``) when there is none, it is unavailable (``store.replica.try_replica``),
+        or it finds no such job (JobNotFound: perhaps not replayed yet, so the primary
+        decides), or with ``fresh`` (a page shown right after its viewer's change).
+        Never for a write, nor for a read that decides one."""
+        pool = self._replica_pool
+        if pool is not None and self._refused is None and not fresh:
+            before = None if self._replica_role_checked else self._check_replica_role
+            try:
+                served = await try_replica(
+                    self.replica_gate, lambda: acquire(pool, operation), work, before=before
+                )
+            except JobNotFound:
+                served = None
+            if served is not None:
+                return served
+        return Lagged(await self.read(operation, work), False)
+
     async def once(self, operation: str, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
         """Run ``fn(conn)`` on a pooled connection, once: for a change that must not be
         repeated blindly after a dropped connection (create, drop)."""
@@ -195,6 +231,12 @@ class ApiBackend:
         """Return the API's URL: ``JOBSD_API_DATABASE_URL``, else ``JOBSD_DATABASE_URL``."""
         return self.http.api_database_url or self.settings.database_url
 
+    @property
+    def read_database_url(self) -> str | None:
+        """Return the API's read replica: ``JOBSD_API_READ_DATABASE_URL``, else
+        ``JOBSD_READ_DATABASE_URL`` (None: no replica)."""
+        return self.http.api_read_database_url or self.settings.read_database_url
+
     async def _check_role(self, pool: AsyncPool) -> None:
         """Refuse a role that bypasses row-level security, unless JOBSD_ALLOW_INSECURE.
 
@@ -203,11 +245,29 @@ class ApiBackend:
         """
         try:
             async with acquire(pool, "role check") as conn:
-                role, bypass = await role_bypass(conn)
+                await self._judge_role(conn)
         except BackendUnavailable:
             log.warning("api.role_check_deferred")
             return
         self._role_checked = True
+
+    async def _check_replica_role(self, conn: AsyncConn) -> None:
+        """Check the replica's role on its first connection, as the primary's: a refusal
+        closes the API (503), as ``_check_role_later``'s."""
+        try:
+            await self._judge_role(conn, "JOBSD_API_READ_DATABASE_URL")
+        except ConfigError as exc:
+            self._refused = str(exc)
+            log.error("api.role_refused", extra={"error": str(exc), "server": "read replica"})
+            raise problem(
+                503, "insecure_role", "the API refuses its database role: see the log"
+            ) from None
+        self._replica_role_checked = True
+
+    async def _judge_role(self, conn: AsyncConn, setting: str = "JOBSD_API_DATABASE_URL") -> None:
+        """Raise ConfigError when the role of ``conn`` bypasses row-level security,
+        unless JOBSD_ALLOW_INSECURE (then warn)."""
+        role, bypass = await role_bypass(conn)
         if not bypass:
             return
         if allow_insecure():
@@ -215,10 +275,21 @@ class ApiBackend:
             return
         raise ConfigError(
             f"refusing to serve the API as database role {role!r}: it bypasses row-level "
-            f"security ({bypass}); set JOBSD_API_DATABASE_URL to the API's role "
+            f"security ({bypass}); set {setting} to the API's role "
             "(`jobsd roles create` makes <prefix>_api), or JOBSD_ALLOW_INSECURE=1 for a "
             "development setup"
         )
+
+    async def _check_replica_role_now(self, pool: AsyncPool) -> None:
+        """Check the replica's role at start (ConfigError); with the replica away, its
+        first read checks it (``read_lagging``)."""
+        try:
+            async with acquire(pool, "role check of the read replica") as conn:
+                await self._judge_role(conn, "JOBSD_API_READ_DATABASE_URL")
+        except BackendUnavailable:
+            log.warning("api.role_check_deferred", extra={"server": "read replica"})
+            return
+        self._replica_role_checked = True
 
     async def _check_role_later(self, pool: AsyncPool) -> None:
         """Check the role once the database is back; a refusal closes the API (503)."""
@@ -248,15 +319,32 @@ class ApiBackend:
             url, name="probe", min_size=1, max_size=2, timeout_s=self.http.ready_timeout
         )
         waiter = DoneWaiter(url)
+        read_url = self.read_database_url
+        replica_pool = None
+        if read_url:
+            replica_pool = make_async_pool(
+                read_url,
+                name="api-read",
+                min_size=1,
+                max_size=self.settings.pool_size,
+                timeout_s=min(self.http.ready_timeout, _REPLICA_WAIT_S),
+                writable=False,
+            )
         await pool.open(wait=False)
         await probe_pool.open(wait=False)
+        if replica_pool is not None:
+            await replica_pool.open(wait=False)
         self._probe_pool = probe_pool
         try:
             await self._check_role(pool)
+            if replica_pool is not None:
+                await self._check_replica_role_now(replica_pool)
         except BaseException as exc:
             self.startup_error = exc
             with anyio.CancelScope(shield=True):
                 await pool.close()
+                if replica_pool is not None:
+                    await replica_pool.close()
             raise
         try:
             async with anyio.create_task_group() as tg:
@@ -265,6 +353,7 @@ class ApiBackend:
                 await tg.start(waiter.run)
                 await tg.start(self.monitor.run)
                 self._pool, self._waiter = pool, waiter
+                self._replica_pool = replica_pool
                 if self._ready is None:
                     self._ready = anyio.Event()
                 self._ready.set()
@@ -278,7 +367,9 @@ class ApiBackend:
             with anyio.CancelScope(shield=True):
                 await pool.close()
                 await probe_pool.close()
-            self._pool = self._waiter = self._probe_pool = None
+                if replica_pool is not None:
+                    await replica_pool.close()
+            self._pool = self._waiter = self._probe_pool = self._replica_pool = None
             log.info("api.stopped")
 
 

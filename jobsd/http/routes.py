@@ -5,6 +5,10 @@ The org comes from a dependency: the bearer token in jobsd's own app, or whateve
 host application already knows when it mounts ``jobsd.http.router(org_dependency=...)``.
 Every operation on an existing job is ``jobsd.ops``'s, called as that org's caller;
 its refusals become answers through one table (``problems.refused``).
+
+The listing and a read without ``wait`` may be answered by the read replica
+(``ApiBackend.read_lagging``); such an answer carries ``X-Jobsd-Replica-Lag``, the
+replica's delay in seconds. A long-poll and every change read the primary.
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the annotations of the
@@ -14,7 +18,8 @@ import base64
 import binascii
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
@@ -34,7 +39,7 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.http.auth import TOKEN_ID_STATE
-from jobsd.http.backend import ApiBackend
+from jobsd.http.backend import ApiBackend, Lagged
 from jobsd.http.problems import (
     database_error,
     db_unavailable,
@@ -71,13 +76,25 @@ from jobsd.ops.listing import list_jobs as list_op
 from jobsd.ops.resolve import resolve_job as resolve_op
 from jobsd.ops.retry import retry_job as retry_op
 
-__all__ = ["decode_cursor", "encode_cursor", "jobs_router"]
+__all__ = ["REPLICA_LAG_HEADER", "decode_cursor", "encode_cursor", "jobs_router", "lag_header"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 MAX_PAGE = 200
+
+REPLICA_LAG_HEADER = "X-Jobsd-Replica-Lag"
+"""On an answer read from the read replica: its delay behind the primary, in seconds
+(``0.250``), or ``unknown``; absent from an answer read on the primary."""
+
+
+def lag_header(served: Lagged[Any]) -> dict[str, str]:
+    """Return the ``X-Jobsd-Replica-Lag`` header of an answer (none: read on the primary)."""
+    if not served.replica:
+        return {}
+    lag_s = served.lag_s
+    return {REPLICA_LAG_HEADER: "unknown" if lag_s is None else f"{lag_s:.3f}"}
 
 
 def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
@@ -188,6 +205,7 @@ def jobs_router(
     async def list_jobs(
         caller: Who,
         request: Request,
+        response: Response,
         status: Annotated[JobStatus | None, Query(description="Only this state.")] = None,
         type: Annotated[TypeFilter | None, Query(description="Only this type.")] = None,
         queue: Annotated[QueueFilter | None, Query(description="Only this queue.")] = None,
@@ -204,12 +222,14 @@ def jobs_router(
             except ValueError as exc:
                 raise field_error(("query", "cursor"), str(exc), "invalid_cursor", cursor) from exc
         with store_errors("job listing"):
-            page = await backend.read(
+            served = await backend.read_lagging(
                 "job listing",
                 lambda conn: list_op(
                     conn, caller, after=after, status=status, type=type, queue=queue, limit=limit
                 ),
             )
+        response.headers.update(lag_header(served))
+        page = served.value
         jobs = [JobSummary.from_job(j) for j in page.jobs]
         more = page.next
         next_cursor = encode_cursor(more.created_at, more.id) if more else None
@@ -230,6 +250,7 @@ def jobs_router(
         job_id: uuid.UUID,
         caller: Who,
         request: Request,
+        response: Response,
         wait: Annotated[
             float | None,
             Query(ge=0, allow_inf_nan=False, description="Long-poll for up to this many seconds."),
@@ -246,8 +267,11 @@ def jobs_router(
                     await _wait_terminal(backend, job_id, caller, timeout_s)
                 async with backend.longpoll_reads:
                     view = await _operate(backend, operation, lambda c: get_op(c, caller, job_id))
-        else:
-            view = await _operate(backend, operation, lambda c: get_op(c, caller, job_id))
+        else:  # may lag: the replica's answer (a job it lacks is read on the primary)
+            with _answering(operation):
+                served = await backend.read_lagging(operation, lambda c: get_op(c, caller, job_id))
+            response.headers.update(lag_header(served))
+            view = served.value
         return JobDetail.from_view(view)
 
     @router.post(
@@ -342,9 +366,17 @@ async def _operate(
     """Run an operation of ``jobsd.ops`` (once more after a dropped connection): its
     refusals are answered through the one table (``problems.refused``), database
     errors with 503."""
+    with _answering(operation):
+        return await backend.read(operation, work)
+
+
+@contextmanager
+def _answering(operation: str) -> Iterator[None]:
+    """Answer the refusals of ``jobsd.ops`` raised in the block through the one table
+    (``problems.refused``), database errors with 503."""
     try:
         with store_errors(operation):
-            return await backend.read(operation, work)
+            yield
     except JobsdError as exc:
         if refusal(exc) is None:
             raise

@@ -44,6 +44,12 @@ class HttpSettings(BaseSettings):
     the API inside ``jobsd run``; unset: ``JOBSD_DATABASE_URL``. The API refuses to
     start as a role that bypasses row-level security unless ``JOBSD_ALLOW_INSECURE``."""
 
+    api_read_database_url: str | None = None
+    """The API's URL of the streaming replica for the reads that may lag, as the API's
+    role (``<prefix>_api``: the same role as ``JOBSD_API_DATABASE_URL``, checked the same
+    way); unset: ``JOBSD_READ_DATABASE_URL``, and none of them: every read goes to the
+    primary (docs/replicas.md)."""
+
     max_body_bytes: int | None = Field(default=None, ge=1024)
     """Largest request body; unset means twice JOBSD_MAX_PAYLOAD_BYTES plus 64 KiB."""
 

@@ -57,7 +57,9 @@ def test_past_its_timeout_the_whole_group_ends() -> None:
     mark = uuid.uuid4().hex
     with pytest.raises(ToolTimeout, match=r"sh ran past its timeout of 0\.3 s") as caught:
         run_tool(["sh", "-c", "sleep 30 & sleep 31"], timeout=0.3, env=_env(mark))
-    assert caught.value.result.returncode == -15
+    # ended by SIGTERM: the shell killed by it (-15), or the shell reporting that its
+    # child was (128 + 15) when the child's death reached it first
+    assert caught.value.result.returncode in (-15, 143)
     assert isinstance(caught.value, TimeoutError)
     assert marked(mark) == []
 

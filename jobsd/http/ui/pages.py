@@ -5,6 +5,10 @@ viewer's caller, through ``ApiBackend.read``: an org's session sees its org only
 operator's every org. A filter is checked as the API checks it
 (``schemas.check_job_filters``): bad input is a 400 page, never a database error.
 The routes are assembled here: login (``web``), pages, actions (``actions``).
+
+With a read replica the pages are read there (``ApiBackend.read_lagging``; the page
+says so, with its delay), except the page an action sends its viewer to (``?done=``):
+that one shows the change just made, so it is read on the primary.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from jobsd.errors import JobNotFound
-from jobsd.http.backend import ApiBackend
+from jobsd.http.backend import ApiBackend, Lagged
 from jobsd.http.health import build_report
-from jobsd.http.routes import decode_cursor, encode_cursor
+from jobsd.http.routes import decode_cursor, encode_cursor, lag_header
 from jobsd.http.schemas import check_job_filters
 from jobsd.http.ui import views
 from jobsd.http.ui.actions import add_actions
@@ -49,6 +53,12 @@ def _parse_time(text: str | None) -> datetime | None:
     return _utc(datetime.fromisoformat(text)) if text else None
 
 
+def _after_action(request: Request) -> bool:
+    """Say whether the page is where an action sent its viewer (``?done=``): it must
+    show the change, so it is not read on the replica."""
+    return "done" in request.query_params
+
+
 def ui_router(backend: ApiBackend) -> APIRouter:
     """Build the /ui routes on ``backend`` (the API's pool and settings)."""
     router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -57,9 +67,14 @@ def ui_router(backend: ApiBackend) -> APIRouter:
 
     async def overview(request: Request, viewer: Viewer) -> Response:
         caller = viewer.caller
-        seen = await ui.backend.read(
-            "overview", read_overview, caller, minutes=views.CHART_MINUTES, failures=FAILURES
+        served = await ui.backend.read_lagging(
+            "overview",
+            lambda conn: read_overview(
+                conn, caller, minutes=views.CHART_MINUTES, failures=FAILURES
+            ),
+            fresh=_after_action(request),
         )
+        seen = served.value
         # the health warnings name every org's job types and counts: an operator's
         every_org = may(caller, Act.SEE_EVERY_ORG)
         warnings = (await build_report(ui.backend)).warnings if every_org else []
@@ -68,6 +83,7 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             "overview.html",
             viewer,
             title="Overview",
+            served=served,
             queues=views.queue_rows(seen),
             # None: this API's role may not read the daemons (the page says so)
             workers=seen.workers if every_org else [],
@@ -97,14 +113,13 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             return ui.error_page(request, viewer, 400, f"bad filter: {exc}")
         chosen = checked.model_dump(exclude={"cursor"})
         filters = views.JobFilter(**chosen, since=since, until=until)
-        found = await ui.backend.read(
+        served = await ui.backend.read_lagging(
             "job listing",
-            views.jobs_page,
-            viewer.caller,
-            filters,
-            after=after,
-            limit=PAGE_SIZE,
+            lambda conn: views.jobs_page(
+                conn, viewer.caller, filters, after=after, limit=PAGE_SIZE
+            ),
         )
+        found = served.value
         next_url = None
         if found.next is not None:
             kept = {k: v for k, v in q.items() if v and k != "cursor"}
@@ -115,6 +130,7 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             "jobs.html",
             viewer,
             title="Jobs",
+            served=served,
             jobs=found.jobs,
             filters={k: q.get(k, "") for k in ("status", "type", "queue", "org", "since", "until")},
             next_url=next_url,
@@ -123,27 +139,34 @@ def ui_router(backend: ApiBackend) -> APIRouter:
 
     router.add_api_route("/jobs", ui.page(jobs_list), methods=["GET"])
 
-    async def read_job(request: Request, viewer: Viewer) -> JobView | None:
-        """Read the job of the path as the viewer may see it (None: no such job)."""
+    async def read_job(request: Request, viewer: Viewer) -> Lagged[JobView] | None:
+        """Read the job of the path as the viewer may see it (None: no such job); the
+        replica may answer, the primary when it has no such job."""
         job_id = job_id_of(request)
         if job_id is None:
             return None
         try:
-            return await ui.backend.read(f"read of job {job_id}", get_job, viewer.caller, job_id)
+            return await ui.backend.read_lagging(
+                f"read of job {job_id}",
+                lambda conn: get_job(conn, viewer.caller, job_id),
+                fresh=_after_action(request),
+            )
         except JobNotFound:
             return None
 
     async def job_page(request: Request, viewer: Viewer) -> Response:
-        read = await read_job(request, viewer)
-        if read is None:
+        served = await read_job(request, viewer)
+        if served is None:
             return ui.error_page(
                 request, viewer, 404, f"job {request.path_params['job_id']} not found"
             )
+        read = served.value
         return ui.render(
             request,
             "job.html",
             viewer,
             title=f"Job {read.job.type}",
+            served=served,
             v=views.job_page(read),
             flash=request.query_params.get("done"),
         )
@@ -151,9 +174,10 @@ def ui_router(backend: ApiBackend) -> APIRouter:
     router.add_api_route("/jobs/{job_id}", ui.page(job_page), methods=["GET"])
 
     async def job_json(request: Request, viewer: Viewer) -> Response:
-        read = await read_job(request, viewer)
-        if read is None:
+        served = await read_job(request, viewer)
+        if served is None:
             return JSONResponse({"detail": "not found"}, status_code=404, headers=headers())
+        read = served.value
         progress = views.progress_of(read.job.progress)
         return JSONResponse(
             {
@@ -161,7 +185,7 @@ def ui_router(backend: ApiBackend) -> APIRouter:
                 "done": progress[0] if progress else None,
                 "total": progress[1] if progress else None,
             },
-            headers=headers(),
+            headers=headers() | lag_header(served),
         )
 
     router.add_api_route("/jobs/{job_id}/live", ui.page(job_json), methods=["GET"])

@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from jobsd.errors import BackendUnavailable, DatabaseError
-from jobsd.http.backend import ApiBackend
+from jobsd.http.backend import ApiBackend, Lagged
 from jobsd.http.ui.session import COOKIE_NAME, Session, SessionSigner
 from jobsd.http.ui.views import span
 from jobsd.models import JobStatus
@@ -42,6 +42,7 @@ __all__ = [
     "headers",
     "job_id_of",
     "mount_static",
+    "replica_notice",
 ]
 
 log = logging.getLogger(__name__)
@@ -121,10 +122,22 @@ class Ui:
         self.signer = SessionSigner(backend.http.ui_secret, backend.http.ui_session_ttl)
 
     def render(
-        self, request: Request, template: str, viewer: Viewer | None, status: int = 200, **ctx: Any
+        self,
+        request: Request,
+        template: str,
+        viewer: Viewer | None,
+        status: int = 200,
+        *,
+        served: Lagged[Any] | None = None,
+        **ctx: Any,
     ) -> HTMLResponse:
+        """Render a page; ``served``, the page's read, adds the replica notice."""
         html = self.env.get_template(template).render(
-            viewer=viewer, path=request.url.path, states=list(JobStatus), **ctx
+            viewer=viewer,
+            path=request.url.path,
+            states=list(JobStatus),
+            replica_notice=replica_notice(served),
+            **ctx,
         )
         return HTMLResponse(html, status_code=status, headers=headers())
 
@@ -237,6 +250,15 @@ def add_login_routes(router: APIRouter, ui: Ui) -> None:
         return response
 
     router.add_api_route("/logout", ui.page(logout), methods=["POST"])
+
+
+def replica_notice(served: Lagged[Any] | None) -> str | None:
+    """Return the notice of a page read from the read replica (None: from the primary)."""
+    if served is None or not served.replica:
+        return None
+    if served.lag_s is None:
+        return "read from a replica, delay unknown"
+    return f"read from a replica, {span(served.lag_s)} behind"
 
 
 def mount_static(app: Any) -> None:
