@@ -15,7 +15,7 @@ from typing import NoReturn, ParamSpec, TypeVar
 import click
 import pydantic
 
-from jobsd.errors import BackendUnavailable, JobsdError
+from jobsd.errors import JobsdError
 
 __all__ = ["EXIT_ERROR", "fail", "friendly_errors", "quiet_libraries"]
 
@@ -33,22 +33,6 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     sys.exit(code)
 
 
-class _LastConnectError(logging.Handler):
-    """Remember the pool's last connection error: a pool timeout alone does not say why."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.message: str | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        first = record.getMessage().splitlines()[0]
-        if first.startswith("error connecting in "):  # "error connecting in 'client': ..."
-            self.message = first.split(": ", 1)[-1]
-
-
-_last_connect_error = _LastConnectError()
-
-
 def quiet_libraries() -> None:
     """Keep library warnings (pool reconnects) off stderr: a command's error is one line.
 
@@ -57,17 +41,6 @@ def quiet_libraries() -> None:
     root = logging.getLogger()
     if not root.handlers:
         root.addHandler(logging.NullHandler())
-    pool_log = logging.getLogger("psycopg.pool")
-    if _last_connect_error not in pool_log.handlers:
-        pool_log.addHandler(_last_connect_error)
-
-
-def _error_line(exc: JobsdError) -> str:
-    message = str(exc)
-    cause = _last_connect_error.message
-    if isinstance(exc, BackendUnavailable) and cause and cause not in message:
-        message = f"{message}: {cause}"
-    return message
 
 
 def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -78,7 +51,7 @@ def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except JobsdError as exc:
-            fail(_error_line(exc))
+            fail(str(exc))
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "settings"

@@ -88,9 +88,13 @@ def db_errors(operation: str) -> Iterator[None]:
     try:
         yield
     except PoolTimeout as exc:
+        why = _pool_connect_error()
+        said = f": {why}" if why else ""
         if is_read_only(exc) or _pool_found_read_only():
-            raise NoWritableServer(f"{operation} failed: {_NO_WRITABLE_SERVER} ({exc})") from exc
-        raise BackendUnavailable(f"{operation} failed: database unavailable ({exc})") from exc
+            raise NoWritableServer(
+                f"{operation} failed: {_NO_WRITABLE_SERVER} ({exc}){said}"
+            ) from exc
+        raise BackendUnavailable(f"{operation} failed: database unavailable ({exc}){said}") from exc
     except psycopg.errors.ForeignKeyViolation as exc:
         if exc.diag.constraint_name == "jobs_queue_fkey":
             raise UnknownQueue(_queue_from_detail(exc.diag.message_detail)) from exc
@@ -192,8 +196,13 @@ class _LastConnectError(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
-        if text.startswith("error connecting in "):
+        if text.startswith("error connecting in "):  # "error connecting in 'client': ..."
             self.message, self.at = text, time.monotonic()
+
+    def recent(self) -> str:
+        """Return the last failure's text if it is recent enough to explain a timeout."""
+        fresh = time.monotonic() - self.at < _CONNECT_ERROR_FRESH_S
+        return self.message if fresh else ""
 
 
 _last_connect_error = _LastConnectError()
@@ -204,8 +213,14 @@ _CONNECT_ERROR_FRESH_S = 15.0
 
 def _pool_found_read_only() -> bool:
     """Say whether a pool's latest failed connection found only read-only servers."""
-    recent = time.monotonic() - _last_connect_error.at < _CONNECT_ERROR_FRESH_S
-    return recent and any(words in _last_connect_error.message for words in _READ_ONLY_SESSION)
+    text = _last_connect_error.recent()
+    return any(words in text for words in _READ_ONLY_SESSION)
+
+
+def _pool_connect_error() -> str:
+    """Return why a pool last failed to connect, in one line (its first), if recently."""
+    text = _last_connect_error.recent()
+    return text.splitlines()[0].split(": ", 1)[-1] if text else ""
 
 
 def is_read_only(exc: BaseException) -> bool:
