@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from jobsd.envsettings import EnvSettings
 from jobsd.sizes import parse_size
 
 __all__ = [
@@ -98,17 +98,15 @@ OptionalDuration = Annotated[
     float | None,
     BeforeValidator(lambda v: None if v in (None, "", "none", "None") else parse_duration(v)),
 ]
-CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
+CommaList = Annotated[list[str], BeforeValidator(_split_list)]
 
 
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
-class Settings(BaseSettings):
+class Settings(EnvSettings):
     """Everything jobsd reads from ``JOBSD_*`` variables."""
-
-    model_config = SettingsConfigDict(env_prefix="JOBSD_", extra="ignore")
 
     database_url: str | None = None
     """libpq URL or key=value string; unset means the systemd credential ``database_url``
@@ -121,10 +119,10 @@ class Settings(BaseSettings):
     read goes to the primary. The commands read as the role it names: the owner's, as
     ``JOBSD_DATABASE_URL`` (the API reads as ``JOBSD_API_READ_DATABASE_URL``'s)."""
 
-    handlers: CommaList = []
+    handlers: CommaList = Field(default_factory=list)
     """Modules to import at start; importing them registers their handlers."""
 
-    queues: CommaList = []
+    queues: CommaList = Field(default_factory=list)
     """Queues this daemon claims from; empty means every queue."""
 
     unknown_types: Literal["leave", "fail"] = "leave"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jobsd.envsettings import EnvSettings
 from jobsd.http.ratelimit import Rate
 from jobsd.settings import Duration
 
@@ -31,10 +31,8 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, port
 
 
-class HttpSettings(BaseSettings):
+class HttpSettings(EnvSettings):
     """What the HTTP API reads from ``JOBSD_*`` variables."""
-
-    model_config = SettingsConfigDict(env_prefix="JOBSD_", extra="ignore")
 
     http_addr: str | None = None
     """``host:port`` to serve on; the daemon starts the API only when this is set."""

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import psycopg
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jobsd.envsettings import EnvSettings
 from jobsd.errors import ConfigError
 
 __all__ = [
@@ -48,10 +48,8 @@ _HOW_TO_FIX = (
 )
 
 
-class SecuritySettings(BaseSettings):
+class SecuritySettings(EnvSettings):
     """What the connection check reads from ``JOBSD_*`` variables."""
-
-    model_config = SettingsConfigDict(env_prefix="JOBSD_", extra="ignore")
 
     allow_insecure: bool = False
     """Accept a plaintext TCP connection to Postgres (development only; logs a warning)."""
