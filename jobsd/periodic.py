@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any, Literal, Required, TypedDict, TypeVar, Unpack
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
-
 from jobsd.errors import ConfigError
 from jobsd.jsonsafe import encode_object
 from jobsd.settings import parse_duration
@@ -157,6 +155,13 @@ class Schedule:
             if not isinstance(cron, str):
                 raise ConfigError(f"{where}: cron must be a string")
             try:
+                from cronsim import CronSim, CronSimError
+            except ImportError:
+                raise ConfigError(
+                    f"{where}: cron schedules run in the daemon, which needs the server "
+                    "extra: pip install 'jobsd[server]'"
+                ) from None
+            try:
                 CronSim(cron, datetime(2000, 1, 1, tzinfo=zone))
             except (CronSimError, ValueError, IndexError) as exc:
                 raise ConfigError(f"{where}: bad cron expression {cron!r}: {exc}") from None
@@ -222,6 +227,8 @@ class Schedule:
         # cronsim's reverse iteration starts at ``local`` itself only when it has
         # microseconds (they are dropped): so ``until`` is included
         local = local if local.microsecond else local + _ONE_US
+        from cronsim import CronSim
+
         for tick in CronSim(self.cron, local, reverse=True):
             at = tick.astimezone(UTC)
             if at <= until:
@@ -235,6 +242,8 @@ class Schedule:
         assert self.cron is not None
         zone = ZoneInfo(self.timezone)
         local = _unfolded(after, zone).astimezone(zone)
+        from cronsim import CronSim
+
         candidate = next(iter(CronSim(self.cron, local))).astimezone(UTC)
         # cronsim's forward steps pass over an hour that repeats when clocks go back
         # ("0 * * * *" at 02:00 CEST, then 02:00 CET), its reverse steps do not:

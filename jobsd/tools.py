@@ -21,9 +21,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import anyio
-import anyio.to_thread
-
 from jobsd.errors import JobsdError
 from jobsd.processes import end_processes, members, snapshot
 
@@ -282,6 +279,10 @@ async def run_tool_async(
             )
         finally:
             finished.set()
+
+    # handlers run in the daemon, which has anyio: an application that imports jobsd
+    # only to enqueue does not need it
+    import anyio.to_thread
 
     try:
         return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)

@@ -11,23 +11,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-import anyio
 import psycopg
 import psycopg.errors
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_never,
-    wait_exponential,
-    wait_random,
-)
 
 from jobsd.errors import (
     BackendUnavailable,
@@ -54,7 +45,6 @@ __all__ = [
     "is_read_only",
     "is_unavailable",
     "make_async_pool",
-    "transient_retries",
 ]
 
 log = logging.getLogger(__name__)
@@ -340,6 +330,11 @@ async def acquire(pool: AsyncPool, operation: str) -> AsyncIterator[AsyncConn]:
         if not isinstance(pool, DeadlinePool) or pool.give_up_after_s is None:
             yield conn
             return
+        # only the daemon's pools are watched, and the daemon runs on anyio; its
+        # cancellation is delivered again and again, so psycopg gives up on a statement
+        # that the server never answers (a single asyncio cancellation waits for it)
+        import anyio
+
         warned: list[bool] = []
         warn_s = pool.warn_after_s or pool.give_up_after_s
         # a timer, not a task: this is every statement of the daemon's hot path
@@ -375,33 +370,3 @@ def _queue_from_detail(detail: str | None) -> str:
     if detail and "=(" in detail:
         return detail.split("=(", 1)[1].split(")", 1)[0]
     return "?"
-
-
-def transient_retries(
-    operation: str,
-    *,
-    max_wait_s: float = 5.0,
-    sleep: Callable[[float], Awaitable[None]] | None = None,
-) -> AsyncRetrying:
-    """Retry a block forever on BackendUnavailable, backing off up to ``max_wait_s``.
-
-    For the daemon's own loops: the database going away must never crash it. ``sleep``
-    waits out the back-off (the daemon passes its clock's); None is anyio's.
-    """
-
-    def _log(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log.warning(
-            "db.retrying",
-            extra={"operation": operation, "attempt": state.attempt_number, "error": str(exc)},
-        )
-
-    return AsyncRetrying(
-        retry=retry_if_exception_type(BackendUnavailable),
-        # exponential from 50 ms up to max_wait_s, plus up to 200 ms of jitter
-        wait=wait_exponential(multiplier=0.05, max=max_wait_s) + wait_random(0, 0.2),
-        stop=stop_never,
-        before_sleep=_log,
-        reraise=True,
-        sleep=sleep if sleep is not None else anyio.sleep,
-    )

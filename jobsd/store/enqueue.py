@@ -13,6 +13,7 @@ the commit (``OutcomeUnknown`` when it cannot be).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import weakref
@@ -20,7 +21,6 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import anyio
 import psycopg
 
 from jobsd.errors import (
@@ -328,7 +328,7 @@ async def enqueue_on_pool(pool: AsyncPool, spec: JobSpec, *, org_scoped: bool = 
                 retry.connected()
                 return await enqueue(conn, retry.spec, org_scoped=org_scoped, own_pool=True)
         except BackendUnavailable as exc:
-            await anyio.sleep(retry.failed(exc))
+            await asyncio.sleep(retry.failed(exc))
 
 
 def enqueue_on_pool_sync(pool: SyncPool, spec: JobSpec) -> Job:

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from psycopg import sql
 
 from jobsd.store.connect import open_connection_async
-from jobsd.store.db import AsyncConn, db_errors, transient_retries
+from jobsd.store.db import AsyncConn, db_errors
+from jobsd.store.retries import transient_retries
 
 __all__ = ["channel_notifications", "notifications", "open_listen_connection"]
 

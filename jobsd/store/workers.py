@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobsd.store.connect import open_connection_async
-from jobsd.store.db import AsyncConn, db_errors, transient_retries
+from jobsd.store.db import AsyncConn, db_errors
 from jobsd.store.named import run_named
+from jobsd.store.retries import transient_retries
 
 __all__ = [
     "TypeRule",

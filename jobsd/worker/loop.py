@@ -6,7 +6,7 @@ mailbox or a wake-up for the others.
 
 Outage policy, the same for every service: a pass that fails because the database is
 away (``BackendUnavailable``: refused, dropped, or no pooled connection in time) is
-run again, from the top, after the shared back-off of ``store.db.transient_retries``
+run again, from the top, after the shared back-off of ``store.retries.transient_retries``
 (exponential from 50 ms up to 5 s, plus up to 200 ms of jitter), for as long as it
 takes, with a ``db.retrying`` warning per retry. The back-off starts over after a pass
 that succeeds. No other error is retried: it ends the service, and the daemon with it.
@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from jobsd.errors import BackendUnavailable
-from jobsd.store.db import transient_retries
+from jobsd.store.retries import transient_retries
 from jobsd.worker.clock import Clock
 
 __all__ = ["jitter", "pause", "run_loop", "through_outage"]
