@@ -1,5 +1,52 @@
-"""``python -m jobsd``: the same as the ``jobsd`` command."""
+"""The ``jobsd`` command (and ``python -m jobsd``).
 
-from jobsd.cli import main
+The command line, the daemon and the HTTP API come with the ``server`` extra; an
+application installed with ``pip install jobsd`` alone gets a clear message instead of
+a traceback.
+"""
 
-main()
+from __future__ import annotations
+
+import sys
+from importlib.util import find_spec
+
+# the libraries of the ``server`` extra (pyproject.toml), by import name
+SERVER_LIBRARIES = (
+    "anyio",
+    "click",
+    "cronsim",
+    "fastapi",
+    "jinja2",
+    "prometheus_client",
+    "rich",
+    "tenacity",
+    "uvicorn",
+)
+
+
+def missing_server_libraries() -> list[str]:
+    """Return the libraries of the ``server`` extra that are not installed."""
+    return [name for name in SERVER_LIBRARIES if find_spec(name) is None]
+
+
+def main() -> None:
+    """Run the command line, or explain which extra it needs."""
+    missing = missing_server_libraries()
+    if missing:
+        if sys.argv[1:] == ["--version"]:
+            from jobsd import __version__
+
+            print(f"jobsd, version {__version__}")
+            return
+        sys.stderr.write(
+            "jobsd: error: the jobsd command needs the server extra "
+            f"({', '.join(missing)} not installed): pip install 'jobsd[server]'\n"
+        )
+        raise SystemExit(2)
+    from jobsd.cli import main as run_command_line
+
+    run_command_line()
+
+
+if __name__ == "__main__":
+    main()

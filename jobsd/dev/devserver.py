@@ -8,26 +8,15 @@ of ``examples/``. Short rescue times make a kill-and-resume visible in seconds.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import click
 
-from jobsd.errors import ConfigError
 from jobsd.settings import Settings
 
-__all__ = ["examples_dir", "run_dev"]
+__all__ = ["EXAMPLES_MODULE", "run_dev"]
 
-EXAMPLES_MODULE = "jobsd_examples"
-
-
-def examples_dir() -> Path:
-    """Locate the example handlers: packaged in a wheel, or ``examples/`` in a checkout."""
-    package = Path(__file__).resolve().parents[1]  # jobsd/
-    for candidate in (package / "_examples", package.parent / "examples"):
-        if (candidate / f"{EXAMPLES_MODULE}.py").is_file():
-            return candidate
-    raise ConfigError("the example handlers are missing (examples/jobsd_examples.py)")
+# the example handlers, shipped in the package so a wheel's `jobsd dev` has them too
+EXAMPLES_MODULE = "jobsd.dev.examples"
 
 
 def run_dev(*, slots: int | None = None, examples: bool = True) -> None:
@@ -50,7 +39,6 @@ def run_dev(*, slots: int | None = None, examples: bool = True) -> None:
     from jobsd.store.migrate import migrate_sync
     from jobsd.worker.supervisor import run_daemon
 
-    sys.path.insert(0, str(examples_dir()))
     defaults = {"JOBSD_STALE_AFTER": "30", "JOBSD_SWEEP_INTERVAL": "10"}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
@@ -114,7 +102,7 @@ In another terminal (prefix the commands with `uv run` in a checkout):
 To see a crashed import resume from its checkpoint, run a second daemon on the same
 database, kill -9 it mid-import, and watch this one rescue the job within
 JOBSD_STALE_AFTER (30 s here) and finish it from where the dead one stopped:
-    JOBSD_HANDLERS=jobsd_examples PYTHONPATH=examples jobsd run
+    JOBSD_HANDLERS={EXAMPLES_MODULE} jobsd run
 
 Stop with Ctrl-C.
 """

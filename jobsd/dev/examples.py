@@ -1,7 +1,7 @@
-"""Example handlers that `jobsd dev` loads.
+"""Example handlers that `jobsd dev` loads (``JOBSD_HANDLERS=jobsd.dev.examples``).
 
-``import_csv`` is shaped like seoinsight's (seed 000): it reports progress per batch,
-saves a checkpoint, and resumes from it when a later attempt runs after a crash.
+``import_csv`` is shaped like a real import: it reports progress per batch, saves a
+checkpoint, and resumes from it when a later attempt runs after a crash.
 """
 
 from __future__ import annotations
