@@ -28,7 +28,18 @@ from jobsd.dev.embedded import EmbeddedPostgres
 TEST_DATABASE_URL_ENV = "JOBSD_TEST_DATABASE_URL"
 TESTS_DIR = Path(__file__).resolve().parent
 # the folders of tests/ that are tiers; a test elsewhere (tests/test_*.py) has no tier mark
-TIERS = ("unit", "db", "service", "http", "e2e", "security", "faults", "migrations", "scale")
+TIERS = (
+    "unit",
+    "db",
+    "service",
+    "http",
+    "e2e",
+    "security",
+    "faults",
+    "migrations",
+    "scale",
+    "release",
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

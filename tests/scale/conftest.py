@@ -7,10 +7,10 @@ the suite), with ``JOBSD_TEST_SCALE=1``, or with a ``-m`` expression naming ``sc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from support.tiers import leave_out_unless_asked
 
 SCALE_DIR = Path(__file__).resolve().parent
 SELECT_ENV = "JOBSD_TEST_SCALE"
@@ -18,18 +18,4 @@ SELECT_ENV = "JOBSD_TEST_SCALE"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave the scale tier out unless it was asked for."""
-    asked = [Path(a.split("::")[0]).resolve() for a in config.args]
-    wanted = (
-        os.environ.get(SELECT_ENV, "").lower() in ("1", "yes", "all")
-        or "scale" in (config.option.markexpr or "")
-        or any(a == SCALE_DIR or SCALE_DIR in a.parents for a in asked)
-    )
-    kept, dropped = [], []
-    for item in items:
-        if SCALE_DIR in Path(str(item.path)).parents and not wanted:
-            dropped.append(item)
-        else:
-            kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    leave_out_unless_asked(config, items, SCALE_DIR, SELECT_ENV, "scale")
