@@ -138,7 +138,7 @@ def _result(runs: list[dict[str, Any]]) -> str:
     outcomes = [r["outcome"] for r in runs]
     n = len(outcomes)
     if all(o == "passed" for o in outcomes):
-        return f"pass {n}/{n}" if n > 1 else "pass"
+        return f"passed {n}/{n}" if n > 1 else "passed"
     if all(o == "xfailed" for o in outcomes):
         return "xfail"
     if all(o == "skipped" for o in outcomes):
@@ -216,7 +216,7 @@ def table(lines: list[dict[str, Any]]) -> list[str]:
             summary = "; ".join(f"{o}: {', '.join(v)}" for o, v in sorted(by_outcome.items()))
             passed = len(by_outcome.get("passed", []))
             out.append(
-                f"| {sid} | {runs[0]['title']} | {passed}/{len(tests)} pass | | | | | | "
+                f"| {sid} | {runs[0]['title']} | {passed}/{len(tests)} passed | | | | | | "
                 f"| {summary} |"
             )
             continue
@@ -392,15 +392,16 @@ def render(lines: list[dict[str, Any]], args: argparse.Namespace, wall_s: float)
     parts = [
         "# Reliability: what jobsd survives, measured",
         "",
-        "The fault campaign: every scenario of the plan (T1-T26) this machine can",
+        "The fault campaign: every scenario of the campaign (T1-T26) this machine can",
         "run, each driving real `jobsd run` daemons (and `jobsd api`) against a real",
         "throwaway Postgres, each ending with an audit against a ground-truth ledger kept",
         "outside jobsd's tables. How it works, how to run it and what each figure means:",
-        "[tests/faults/README.md](../tests/faults/README.md). This page is written by",
+        "[tests/faults/README.md](https://github.com/jobsd/jobsd/blob/main/tests/faults/README.md).",
+        "This page is written by",
         "`uv run python bench/faults.py`; edit that script, not this page.",
         "",
-        f"**This run:** {when}; commit {commit()}; {scope}; {args.repeat} repetition(s), seed "
-        f"{args.seed}; {wall_s / 60:.1f} min.  ",
+        f"**This run:** {when}; commit {commit()}; {scope}; {args.repeat} repetition(s), "
+        f"injection timings of `--seed={args.seed}`; {wall_s / 60:.1f} min.  ",
         f"**Machine:** {machine()}.  ",
         "Timings on this shared 2-core machine swing with other load; the bounds have margins.",
         "",
@@ -437,7 +438,7 @@ def render(lines: list[dict[str, Any]], args: argparse.Namespace, wall_s: float)
         "",
         "## Waiting for a feature",
         "",
-        "Written against the planned interfaces; strict xfails until they land.",
+        "Written against interfaces not built yet; strict xfails until they land.",
         "",
         *(waiting or ["- none"]),
         "",
@@ -445,7 +446,7 @@ def render(lines: list[dict[str, Any]], args: argparse.Namespace, wall_s: float)
         "",
         *(skipped or ["- none"]),
         "",
-        "## Where jobsd's design differs from the plan",
+        "## Where jobsd's design differs from the scenarios' generic expectations",
         "",
         "- T1: the rescue event says `owner died` (dead owner, proven by its lock) or",
         "  `worker lost` (at-most-once), not `lost_worker`.",

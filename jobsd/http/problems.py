@@ -128,7 +128,7 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         if code == 429:
             declared[code]["headers"] = {
                 "Retry-After": {
-                    "description": "Seconds until a submission will pass again.",
+                    "description": "Seconds until a submission will be accepted again.",
                     "schema": {"type": "integer", "minimum": 1},
                 }
             }

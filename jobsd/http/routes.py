@@ -113,7 +113,7 @@ def decode_cursor(cursor: str) -> Cursor:
             raise ValueError("naive time")
         return Cursor(created_at, uuid.UUID(job_id))
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError("invalid cursor: pass next_cursor from the previous page") from exc
+        raise ValueError("invalid cursor: send next_cursor from the previous page") from exc
 
 
 def jobs_router(
@@ -199,7 +199,7 @@ def jobs_router(
         "/jobs",
         responses=responses(429, 503),
         summary="List the org's jobs, newest first",
-        description="Keyset-paginated: pass `next_cursor` as `cursor` for the next page. "
+        description="Keyset-paginated: send `next_cursor` as `cursor` for the next page. "
         "Items leave out payload and report (read them with GET /jobs/{job_id}).",
     )
     async def list_jobs(

@@ -337,7 +337,7 @@ class Problem(BaseModel):
         default=None, description="With outcome_unknown: retry with this id."
     )
     retry_after_s: int | None = Field(
-        default=None, description="With rate_limited: seconds until a submission will pass."
+        default=None, description="With rate_limited: seconds until a submission will be accepted."
     )
     correlation_id: str | None = Field(
         default=None,

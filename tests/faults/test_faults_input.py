@@ -351,7 +351,7 @@ def test_t18_tenant_isolation(scenario: Scenario) -> None:
             "AND r.rolname = ANY(%s)",
             ([f"{prefix}_enqueue", f"{prefix}_read", f"{prefix}_worker"],),
         )
-        scenario.expect("app_roles_with_bypass", sum(1 for _, bad in rows if bad), "==", 0)
+        scenario.expect("app_roles_bypassing_rls", sum(1 for _, bad in rows if bad), "==", 0)
         reader = make_conninfo(scenario.url, user=f"{prefix}_read", options="-c jobsd.org_id=acme")
         with psycopg.connect(reader, autocommit=True) as conn:
             seen = conn.execute(
