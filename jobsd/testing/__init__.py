@@ -21,7 +21,21 @@ docs/testing.md.
 
 from __future__ import annotations
 
-_DAEMON_LIBRARIES = ("anyio", "tenacity", "pydantic_settings", "pytest")
+# what jobsd's server extra brings (and pydantic-settings, which its settings need)
+_SERVER_LIBRARIES = frozenset(
+    {
+        "anyio",
+        "click",
+        "cronsim",
+        "fastapi",
+        "jinja2",
+        "prometheus_client",
+        "pydantic_settings",
+        "rich",
+        "tenacity",
+        "uvicorn",
+    }
+)
 
 try:
     from jobsd.testing.database import TEST_DATABASE_URL_ENV, JobsdDB, SessionDB
@@ -34,12 +48,17 @@ try:
         pytest_addoption,
     )
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
-    if exc.name is None or exc.name.split(".")[0] not in _DAEMON_LIBRARIES:
+    missing = (exc.name or "").split(".")[0]
+    if missing == "pytest":
+        raise ImportError(
+            "jobsd.testing is a pytest plugin: install pytest", name=exc.name
+        ) from exc
+    if missing not in _SERVER_LIBRARIES:
         raise
     raise ImportError(
-        f"jobsd.testing needs {exc.name!r}: it runs jobsd's daemon code in your tests, "
-        "so install jobsd with its server extra, `pip install 'jobsd[server]'` (and "
-        "'jobsd[embedded]' where no Postgres binaries are installed), and pytest",
+        f"jobsd.testing runs jobsd's daemon code in your tests and needs {missing!r}: "
+        "install jobsd with its server extra, `pip install 'jobsd[server]'` (and "
+        "'jobsd[embedded]' where no Postgres binaries are installed)",
         name=exc.name,
     ) from exc
 

@@ -4,6 +4,8 @@ its own on the server it is given (nothing else on that server is touched)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -96,3 +98,33 @@ def test_the_plugin_isolates_tests_and_fails_readably_on_a_database_of_its_own(
             "SELECT datname FROM pg_database WHERE datname LIKE 'jobsd_test%%'"
         ).fetchall()
     assert left == [(jobsd_db.session.name,)]
+
+
+IMPORT_WITHOUT = """
+import sys
+
+import jobsd
+
+for missing in ("anyio", "pytest"):
+    for name in [m for m in sys.modules if m.startswith("jobsd.testing")]:
+        del sys.modules[name]
+    saved, sys.modules[missing] = sys.modules.get(missing), None
+    try:
+        import jobsd.testing
+    except ImportError as exc:
+        print(f"{missing}: {exc}")
+    sys.modules[missing] = saved
+"""
+
+
+def test_without_the_server_extra_the_import_error_says_what_to_install() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORT_WITHOUT], capture_output=True, text=True, check=True
+    )
+
+    assert run.stdout.splitlines() == [
+        "anyio: jobsd.testing runs jobsd's daemon code in your tests and needs 'anyio': "
+        "install jobsd with its server extra, `pip install 'jobsd[server]'` (and "
+        "'jobsd[embedded]' where no Postgres binaries are installed)",
+        "pytest: jobsd.testing is a pytest plugin: install pytest",
+    ]
