@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,9 +38,9 @@ from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
 from jobsd.store import testing as store
 from jobsd.store.connect import make_async_pool
-from jobsd.store.db import acquire
+from jobsd.store.db import AsyncPool, acquire
 from jobsd.worker.claimer import Claimer, ClaimerSettings
-from jobsd.worker.clock import SYSTEM_CLOCK, SystemClock
+from jobsd.worker.clock import SYSTEM_CLOCK, Clock
 from jobsd.worker.completer import Completer, CompleterSettings
 from jobsd.worker.executor import JobRunner, RunLimits, RunnerSettings
 from jobsd.worker.holdings import Holdings
@@ -101,11 +102,19 @@ class JobResult:
         )
 
 
-class _AllDueClock(SystemClock):
+class _AllDueClock:
     """The system clock, except that statements see a far future: every scheduled job
     is due. Only the claimer's promotion reads it."""
 
-    def sql_now(self) -> datetime:  # type: ignore[override]
+    monotonic = staticmethod(time.monotonic)
+
+    def now(self) -> datetime:
+        return SYSTEM_CLOCK.now()
+
+    async def sleep(self, seconds: float) -> None:
+        await SYSTEM_CLOCK.sleep(seconds)
+
+    def sql_now(self) -> datetime:
         return _FAR_FUTURE
 
 
@@ -215,7 +224,7 @@ class _Drain:
     def __init__(
         self,
         worker: JobsdWorker,
-        pool: Any,
+        pool: AsyncPool,
         include_scheduled: bool,
         queues: Sequence[str] | None,
         unknown_types: Literal["fail", "leave"],
@@ -223,7 +232,7 @@ class _Drain:
     ) -> None:
         settings, worker_id = worker.settings, worker.worker_id
         registry = _in_process(worker.registry)
-        clock = SYSTEM_CLOCK
+        clock: Clock = SYSTEM_CLOCK
         self.max_jobs = max_jobs
         self.ran: dict[uuid.UUID, None] = {}
         self.runs = 0
