@@ -100,16 +100,16 @@ class SessionDatabase:
         with db_errors("baseline of the test database"):
             tables = [r["name"] for r in conn.execute(_text("testing_tables")).fetchall()]
             parts: list[sql.Composable] = [sql.SQL(_text("testing_reset_begin"))]
-            seeds: list[sql.Composable] = []
+            put_back: list[sql.Composable] = []
             for name in tables:
                 table = sql.Identifier("jobsd", name)
                 parts.append(_statement("testing_reset_table", table=table))
                 row = conn.execute(_statement("testing_table_rows", table=table)).fetchone()
                 if row is not None and row["rows"] != "[]":
-                    seeds.append(
+                    put_back.append(
                         _statement("testing_reset_rows", table=table, rows=sql.Literal(row["rows"]))
                     )
-            parts += seeds
+            parts += put_back
             for seq in conn.execute(_text("testing_sequences")).fetchall():
                 parts.append(
                     _statement(
