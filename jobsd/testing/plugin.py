@@ -36,6 +36,7 @@ _OTHER_URLS = (
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Declare the ``jobsd_handlers`` ini option."""
     parser.addini(
         HANDLERS_INI,
         type="args",
