@@ -8,25 +8,8 @@ a traceback.
 from __future__ import annotations
 
 import sys
-from importlib.util import find_spec
 
-# the libraries of the ``server`` extra (pyproject.toml), by import name
-SERVER_LIBRARIES = (
-    "anyio",
-    "click",
-    "cronsim",
-    "fastapi",
-    "jinja2",
-    "prometheus_client",
-    "rich",
-    "tenacity",
-    "uvicorn",
-)
-
-
-def missing_server_libraries() -> list[str]:
-    """Return the libraries of the ``server`` extra that are not installed."""
-    return [name for name in SERVER_LIBRARIES if find_spec(name) is None]
+from jobsd.extras import missing_server_libraries
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ TIERS = (
     "migrations",
     "scale",
     "release",
+    "testing",
 )
 
 

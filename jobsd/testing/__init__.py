@@ -21,21 +21,7 @@ docs/testing.md.
 
 from __future__ import annotations
 
-# what jobsd's server extra brings (and pydantic-settings, which its settings need)
-_SERVER_LIBRARIES = frozenset(
-    {
-        "anyio",
-        "click",
-        "cronsim",
-        "fastapi",
-        "jinja2",
-        "prometheus_client",
-        "pydantic_settings",
-        "rich",
-        "tenacity",
-        "uvicorn",
-    }
-)
+from jobsd.extras import SERVER_LIBRARIES
 
 try:
     from jobsd.testing.database import TEST_DATABASE_URL_ENV, JobsdDB, SessionDB
@@ -53,7 +39,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
             "jobsd.testing is a pytest plugin: install pytest", name=exc.name
         ) from exc
-    if missing not in _SERVER_LIBRARIES:
+    if missing not in SERVER_LIBRARIES:
         raise
     raise ImportError(
         f"jobsd.testing runs jobsd's daemon code in your tests and needs {missing!r}: "

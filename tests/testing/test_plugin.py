@@ -120,7 +120,10 @@ for missing in ("anyio", "pytest"):
         import jobsd.testing
     except ImportError as exc:
         print(f"{missing}: {exc}")
-    sys.modules[missing] = saved
+    if saved is None:
+        del sys.modules[missing]
+    else:
+        sys.modules[missing] = saved
 """
 
 
