@@ -26,6 +26,8 @@ from support.fixtures import empty_db_url as empty_db_url
 from jobsd.dev.embedded import EmbeddedPostgres
 
 TEST_DATABASE_URL_ENV = "JOBSD_TEST_DATABASE_URL"
+# the heavy tests (mark ``heavy``): left out of a plain run, run by ``-m heavy`` or this
+HEAVY_ENV = "JOBSD_TEST_HEAVY"
 TESTS_DIR = Path(__file__).resolve().parent
 # the folders of tests/ that are tiers; a test elsewhere (tests/test_*.py) has no tier mark
 TIERS = (
@@ -48,8 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: a test of tests/{tier}/ (tests/README.md)")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its tier, so that ``-m`` can pick or leave out tiers."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, so that ``-m`` can pick or leave out tiers; leave
+    the ``heavy`` tests out unless they were asked for."""
     for item in items:
         try:
             tier = item.path.resolve().relative_to(TESTS_DIR).parts[0]
@@ -57,6 +60,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         if tier in TIERS:
             item.add_marker(tier)
+    heavy_asked = os.environ.get(HEAVY_ENV, "").lower() in ("1", "yes", "all") or "heavy" in (
+        config.option.markexpr or ""
+    )
+    if not heavy_asked:
+        heavy = [item for item in items if item.get_closest_marker("heavy") is not None]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if item.get_closest_marker("heavy") is None]
 
 
 def db_url_for(base_url: str, dbname: str) -> str:

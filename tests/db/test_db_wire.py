@@ -33,7 +33,10 @@ async def _on_every_session(client: Client, statement: str) -> list[list[Any]]:
 
 
 async def _enqueue_on_every_session(client: Client, n: int = 4) -> None:
-    for i in range(n):  # the pool hands its connections out in turn
+    # both connections open first (the pool opens its second one in the background, late
+    # on a busy machine), then the pool hands its idle connections out in turn
+    await _on_every_session(client, "SELECT 1")
+    for i in range(n):
         await client.enqueue("t", {"i": i}, org_id="o")
 
 

@@ -156,6 +156,7 @@ def socket_url(cluster: EmbeddedPostgres | None, db_url: str) -> tuple[str, dict
     return f"postgresql://postgres@/{dbname}?host={sock}&port={cluster.port}", {}
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(120)
 def test_documented_patterns_exit_cleanly_50_times_each(
     pg_cluster: EmbeddedPostgres | None, db_url: str, tmp_path: Path

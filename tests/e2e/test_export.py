@@ -372,6 +372,7 @@ def test_database_lost_mid_export_removes_the_temporary_file(
     assert leftovers(target) == []
 
 
+@pytest.mark.heavy
 def test_kill_9_mid_stream_of_50k_jobs_keeps_the_old_snapshot(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, spawn: Callable[..., Proc]
 ) -> None:

@@ -534,6 +534,7 @@ def _retained_bytes() -> int:
 
 @pytest.mark.anyio
 @pytest.mark.slow
+@pytest.mark.heavy
 async def test_ten_thousand_unknown_types_leave_metrics_small(
     db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

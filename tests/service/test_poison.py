@@ -72,6 +72,7 @@ def _make_chain(conn: psycopg.Connection[object], length: int) -> uuid.UUID:
     return head
 
 
+@pytest.mark.heavy
 async def test_cancelling_the_head_of_a_10000_chain_ends_it_and_others_still_run(
     db_url: str, conn: psycopg.Connection[object], db: ADb, registry: Registry
 ) -> None:
