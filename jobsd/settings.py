@@ -124,6 +124,10 @@ class Settings(BaseSettings):
     handlers: CommaList = []
     """Modules to import at start; importing them registers their handlers."""
 
+    default_org: str | None = None
+    """The org of an enqueue that names none (the clients, ``Task.enqueue``, ``jobsd
+    enqueue``); unset, such an enqueue is refused. An explicit org always wins."""
+
     queues: CommaList = []
     """Queues this daemon claims from; empty means every queue."""
 
