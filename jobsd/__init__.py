@@ -43,6 +43,7 @@ from jobsd.recovery import Recovery
 from jobsd.registry import handler
 from jobsd.retry import RetryPolicy, exponential_backoff
 from jobsd.store import AsyncConn, SyncConn
+from jobsd.task import Task
 
 # What an application uses (README "Enqueue"); everything else has a module of its own:
 # every error in jobsd.errors, EnqueueOptions and bulk specs (JobSpec) in jobsd.client,
@@ -62,6 +63,7 @@ __all__ = [
     "Recovery",
     "RetryPolicy",
     "SyncClient",
+    "Task",
     "UnknownQueue",
     "__version__",
     "aclose",
