@@ -23,6 +23,8 @@ import weakref
 from importlib import metadata
 from typing import Any, Unpack
 
+from pydantic import BaseModel
+
 from jobsd.client import Client, SyncClient
 from jobsd.context import JobContext
 from jobsd.errors import (
@@ -41,6 +43,7 @@ from jobsd.recovery import Recovery
 from jobsd.registry import handler
 from jobsd.retry import RetryPolicy, exponential_backoff
 from jobsd.store import AsyncConn, SyncConn
+from jobsd.task import Task
 
 # What an application uses (README "Enqueue"); everything else has a module of its own:
 # every error in jobsd.errors, EnqueueOptions and bulk specs (JobSpec) in jobsd.client,
@@ -60,6 +63,7 @@ __all__ = [
     "Recovery",
     "RetryPolicy",
     "SyncClient",
+    "Task",
     "UnknownQueue",
     "__version__",
     "aclose",
@@ -127,26 +131,27 @@ def close() -> None:
 
 async def enqueue(
     type: str,
-    payload: dict[str, Any] | None = None,
+    payload: dict[str, Any] | BaseModel | None = None,
     *,
-    org_id: str,
+    org_id: str | None = None,
     conn: AsyncConn | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> Job:
     """Enqueue a job with the default client (``JOBSD_DATABASE_URL``); see ``Client.enqueue``.
 
-    ``options`` are those of ``jobsd.client.EnqueueOptions`` (queue, dedup_key,
-    run_after, job_id, priority, concurrency_key, depends_on). With ``conn``, the job
-    is inserted in the caller's transaction instead.
+    ``payload`` is a dict or a pydantic model; ``org_id`` defaults to
+    ``JOBSD_DEFAULT_ORG``. ``options`` are those of ``jobsd.client.EnqueueOptions``
+    (queue, dedup_key, run_after, job_id, priority, concurrency_key, depends_on). With
+    ``conn``, the job is inserted in the caller's transaction instead.
     """
     return await _default_client().enqueue(type, payload, org_id=org_id, conn=conn, **options)
 
 
 def enqueue_sync(
     type: str,
-    payload: dict[str, Any] | None = None,
+    payload: dict[str, Any] | BaseModel | None = None,
     *,
-    org_id: str,
+    org_id: str | None = None,
     conn: SyncConn | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> Job:

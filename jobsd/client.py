@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self, TypeVar, Unpack
 
+from pydantic import BaseModel
+
 from jobsd.admin.queues import (
     QueueLimits,
     create_queue,
@@ -98,6 +100,15 @@ def _own_pool(make: Callable[..., P], database_url: str | None, settings: Settin
         max_size=settings.pool_size,
         timeout_s=_POOL_TIMEOUT_S,
     )
+
+
+def _enqueue_org(org_id: str | None, settings: Settings) -> str:
+    """Return the org of an enqueue: ``org_id`` when given, else JOBSD_DEFAULT_ORG."""
+    if org_id is not None:
+        return org_id
+    if settings.default_org:
+        return settings.default_org
+    raise ConfigError("no org_id given and JOBSD_DEFAULT_ORG is not set: pass org_id or set it")
 
 
 def _caller(org_id: str | None, actor: str) -> Caller:
@@ -187,14 +198,18 @@ class Client:
     async def enqueue(
         self,
         type: str,
-        payload: dict[str, Any] | None = None,
+        payload: dict[str, Any] | BaseModel | None = None,
         *,
-        org_id: str,
+        org_id: str | None = None,
         conn: AsyncConn | None = None,
         **options: Unpack[EnqueueOptions],
     ) -> Job:
         """Create a job and return it, or return the existing job on a dedup or id hit.
 
+        ``payload`` is a dict or a pydantic model (stored as its JSON-mode dump);
+        ``datetime``, ``UUID`` and ``Decimal`` values are written as pydantic writes
+        them (docs/tasks.md). ``org_id`` defaults to ``JOBSD_DEFAULT_ORG`` (ConfigError
+        when neither is given).
         ``options`` are ``jobsd.EnqueueOptions``: ``queue``, ``dedup_key``,
         ``run_after``, ``job_id``, ``priority`` (lower runs first, FIFO within a
         priority), ``concurrency_key`` (jobs sharing it run at most their limit at
@@ -209,7 +224,7 @@ class Client:
         spec = JobSpec.build(
             type,
             payload,
-            org_id=org_id,
+            org_id=_enqueue_org(org_id, self.settings),
             max_payload_bytes=self.settings.max_payload_bytes,
             **options,
         )
@@ -442,9 +457,9 @@ class SyncClient:
     def enqueue(
         self,
         type: str,
-        payload: dict[str, Any] | None = None,
+        payload: dict[str, Any] | BaseModel | None = None,
         *,
-        org_id: str,
+        org_id: str | None = None,
         conn: SyncConn | None = None,
         **options: Unpack[EnqueueOptions],
     ) -> Job:
@@ -452,7 +467,7 @@ class SyncClient:
         spec = JobSpec.build(
             type,
             payload,
-            org_id=org_id,
+            org_id=_enqueue_org(org_id, self.settings),
             max_payload_bytes=self.settings.max_payload_bytes,
             **options,
         )

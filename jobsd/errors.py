@@ -20,6 +20,7 @@ __all__ = [
     "MigrationError",
     "OrgQuotaExceeded",
     "OutcomeUnknown",
+    "PayloadMismatch",
     "PayloadTooLarge",
     "QueueExists",
     "QueueFull",
@@ -51,6 +52,22 @@ class InvalidPayload(JobsdError, ValueError):
 
 class PayloadTooLarge(InvalidPayload):
     """A payload is larger than the configured cap."""
+
+
+class PayloadMismatch(InvalidPayload):
+    """A payload does not validate against its type's pydantic model (a typed handler's).
+
+    Raised at enqueue, before any SQL; raised in the daemon before the handler runs,
+    where it fails the job without a retry: the same payload cannot do better.
+    ``errors`` holds pydantic's errors, without the input values.
+    """
+
+    def __init__(
+        self, message: str, *, type: str = "", errors: list[dict[str, object]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.type = type
+        self.errors = errors or []
 
 
 class UnknownQueue(JobsdError, LookupError):

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
+from pydantic import BaseModel
+
 from jobsd.ids import uuid7
-from jobsd.jsonsafe import encode_object
+from jobsd.jsonsafe import dump_model, encode_object
 from jobsd.tracing import current_trace_context
 
 __all__ = ["MAX_DEPENDENCIES", "PRIORITY_MAX", "PRIORITY_MIN", "EnqueueOptions", "JobSpec"]
@@ -87,7 +89,7 @@ class JobSpec:
     def build(
         cls,
         type: str,
-        payload: dict[str, Any] | None,
+        payload: dict[str, Any] | BaseModel | None,
         *,
         org_id: str,
         max_payload_bytes: int | None = None,
@@ -95,9 +97,12 @@ class JobSpec:
     ) -> JobSpec:
         """Check and serialize the arguments of an enqueue (raises InvalidPayload, ValueError).
 
-        An option that is not one of ``EnqueueOptions`` is a TypeError, as a misspelt
+        A pydantic model is stored as its JSON-mode dump (``jobsd.jsonsafe``). An
+        option that is not one of ``EnqueueOptions`` is a TypeError, as a misspelt
         keyword argument would be.
         """
+        if isinstance(payload, BaseModel):
+            payload = dump_model(payload)
         if options:
             unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
             if unknown:

@@ -3,14 +3,25 @@
 Python's json accepts things jsonb rejects (NaN, Infinity, the NUL character, lone
 surrogates); finding out at INSERT time would abort the caller's transaction, so they
 are refused here, before any SQL is sent.
+
+Beyond json's own types, the values a payload commonly holds are written as pydantic's
+JSON mode writes them, so a dict and a model give the same text: ``datetime``, ``date``
+and ``time`` in ISO 8601, ``UUID`` and ``Decimal`` as strings, a pydantic model as its
+JSON-mode dump. Anything else is refused, naming where it is.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Callable
+from datetime import date, datetime, time
+from decimal import Decimal
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from jobsd.errors import InvalidPayload, PayloadTooLarge
 
@@ -25,6 +36,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "cap_error",
     "check_depth",
+    "dump_model",
     "encode_object",
     "storable_json",
     "storable_text",
@@ -35,9 +47,25 @@ __all__ = [
 # Postgres's own limits). The top-level object counts as one level.
 MAX_JSON_DEPTH = 64
 
+# the types written as pydantic's JSON mode writes them; a model is dumped whole
+_ENCODED_TYPES = (datetime, date, time, uuid.UUID, Decimal, BaseModel)
+
+
+def _jsonable(value: Any) -> Any:
+    """Return the JSON form of a value of ``_ENCODED_TYPES`` (the encoder's ``default``)."""
+    if isinstance(value, _ENCODED_TYPES):
+        try:
+            return to_jsonable_python(value)
+        except PydanticSerializationError as exc:  # a model with a field pydantic cannot dump
+            raise TypeError(str(exc)) from exc
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 # json.dumps with these options builds an encoder per call (a third of an encode of a
 # small payload): one, shared; an encoder keeps no state between calls
-_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+_ENCODER = json.JSONEncoder(
+    allow_nan=False, ensure_ascii=False, separators=(",", ":"), default=_jsonable
+)
 
 
 def _one_encoder() -> Callable[[Any], str]:
@@ -95,7 +123,7 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
         check_depth(value, what=what)  # a value that contains itself: nested without end
         raise InvalidPayload(f"{what} is not valid JSON: {exc}") from exc
     except TypeError as exc:
-        raise InvalidPayload(f"{what} is not JSON-serializable: {exc}") from exc
+        raise InvalidPayload(f"{what} is not JSON-serializable: {_unencodable(value)}") from exc
     # nesting needs an opening bracket per level: the walk (a Python loop over every
     # value) only when the text holds more of them than the limit allows
     if text.count("{") + text.count("[") > MAX_JSON_DEPTH:
@@ -109,6 +137,44 @@ def encode_object(value: Any, *, what: str, max_bytes: int | None) -> str:
     if max_bytes is not None and size > max_bytes:
         raise PayloadTooLarge(f"{what} is {size} bytes, over the limit of {max_bytes} bytes")
     return text
+
+
+def dump_model(model: BaseModel, *, what: str = "payload") -> dict[str, Any]:
+    """Return a pydantic model's JSON-mode dump (InvalidPayload if pydantic cannot make one)."""
+    try:
+        return model.model_dump(mode="json")
+    except PydanticSerializationError as exc:
+        raise InvalidPayload(f"{what} is not JSON-serializable: {exc}") from exc
+
+
+def _unencodable(value: Any) -> str:
+    """Say where the first value json cannot write is, and what it is."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    seen: set[int] = set()  # a value that contains itself is walked once
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, dict):
+            for key in item:
+                if key is not None and not isinstance(key, str | int | float | bool):
+                    return f"{_where(path)} has a key of type {type(key).__name__}"
+            children = [(v, f"{path}.{k}" if path else str(k)) for k, v in item.items()]
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(v, f"{path}[{i}]") for i, v in enumerate(item)]))
+        elif item is not None and not isinstance(item, (str, int, float, bool, *_ENCODED_TYPES)):
+            return (
+                f"{_where(path)} is of type {type(item).__name__} (jobsd writes datetime, "
+                "date, time, UUID, Decimal and pydantic models; convert the others first)"
+            )
+    return "a value json cannot write"
+
+
+def _where(path: str) -> str:
+    return f"field {path!r}" if path else "it"
 
 
 def check_depth(value: Any, *, what: str, limit: int = MAX_JSON_DEPTH) -> None:

@@ -1,17 +1,31 @@
-"""Map a job type to its handler and the policy declared with it."""
+"""Map a job type to its handler and the policy declared with it.
+
+A handler takes the JobContext, and may take its payload as a pydantic model:
+``async def import_csv(ctx: JobContext, order: ImportCsv)``. Such a typed handler is
+registered wrapped: the daemon calls the wrapper with the context, which validates the
+payload through the model (``jobsd.payloads``; a payload that does not validate fails
+the job without a retry) and calls the handler with both.
+"""
 
 from __future__ import annotations
 
+import builtins
 import inspect
+import sys
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, overload
+
+from pydantic import BaseModel
 
 from jobsd.errors import ConfigError
+from jobsd.payloads import decode_payload
 from jobsd.recovery import Recovery
 from jobsd.retry import RetryPolicy
 from jobsd.sizes import parse_size
+from jobsd.task import RUN_ATTRIBUTE, Task
 
 if TYPE_CHECKING:
     from jobsd.context import JobContext
@@ -23,6 +37,7 @@ __all__ = [
     "Delivery",
     "HandlerSpec",
     "Isolation",
+    "Register",
     "Registry",
     "default_registry",
     "handler",
@@ -37,7 +52,19 @@ for a sync handler a child can import, the daemon for the rest"""
 HandlerFunc = Callable[["JobContext"], Any]
 OnFail = Callable[["Job"], Awaitable[None] | None]
 Recover = Callable[["Job"], "Awaitable[Recovery] | Recovery"]
-F = TypeVar("F", bound=HandlerFunc)
+M = TypeVar("M", bound=BaseModel)
+P = TypeVar("P")
+
+
+class Register(Protocol):
+    """What ``handler(...)`` returns: it registers a function and returns its Task."""
+
+    @overload
+    def __call__(self, func: Callable[[JobContext, M], object], /) -> Task[M]: ...
+    @overload
+    def __call__(self, func: Callable[[JobContext], object], /) -> Task[dict[str, Any]]: ...
+    @overload
+    def __call__(self, func: Task[P], /) -> Task[P]: ...
 
 
 class _Default(Enum):
@@ -75,15 +102,27 @@ class HandlerSpec:
     max_jobs_per_child: int | None = None
     # a handler process's memory ceiling in bytes (None: JOBSD_MAX_CHILD_MEMORY)
     max_child_memory: int | None = None
+    payload_model: builtins.type[BaseModel] | None = None
+    """a typed handler's model: ``func`` validates the payload through it"""
+    target: Callable[..., Any] | None = None
+    """the decorated function, when ``func`` wraps it (a typed handler)"""
 
     @property
     def import_ref(self) -> str | None:
-        """``module:qualname`` of the handler, if a child process can import it."""
-        func = self.func
+        """``module:qualname`` of what a child process calls with the context, if it
+        can import it: the Task the module holds (its wrapper), else the function."""
+        func = self.target or self.func
         module = getattr(func, "__module__", None)
         qualname = getattr(func, "__qualname__", "")
         if not module or module == "__main__" or "<locals>" in qualname:
             return None
+        found: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            found = getattr(found, part, None)
+        if isinstance(found, Task) and found.func is func:
+            return f"{module}:{qualname}.{RUN_ATTRIBUTE}"
+        if self.target is not None:
+            return None  # the module's name is the bare function: it needs its payload
         return f"{module}:{qualname}"
 
     def runs_in_process(self, default: Isolation) -> bool:
@@ -105,7 +144,8 @@ class Registry:
 
     def add(self, spec: HandlerSpec) -> None:
         """Register a handler; a type can be registered once."""
-        if spec.type in self._specs and self._specs[spec.type].func is not spec.func:
+        known = self._specs.get(spec.type)
+        if known is not None and (known.target or known.func) is not (spec.target or spec.func):
             raise ConfigError(f"job type {spec.type!r} already has a handler")
         self._specs[spec.type] = spec
 
@@ -162,12 +202,14 @@ def handler(
     max_jobs_per_child: int | None = None,
     max_child_memory: int | str | None = None,
     registry: Registry | None = None,
-) -> Callable[[F], F]:
-    """Register the decorated function as the handler of ``type``.
+) -> Register:
+    """Register the decorated function as the handler of ``type``; return its ``Task``.
 
-    The function takes one argument, the JobContext, and returns a JSON object or None
-    (the job's report). It may be async (run in the daemon's event loop), or sync (run
-    in a handler process of the daemon's: ``isolation``).
+    The function takes the JobContext, and returns a JSON object or None (the job's
+    report). A second parameter annotated with a pydantic model makes it typed: it
+    receives the payload validated through the model, and ``Task.enqueue`` takes that
+    model (docs/tasks.md). It may be async (run in the daemon's event loop), or sync
+    (run in a handler process of the daemon's: ``isolation``).
     ``max_attempts`` counts runs, the first included: the default 1 never runs a job
     twice. ``timeout`` is in seconds, on the monotonic clock; unset, the daemon's
     ``JOBSD_DEFAULT_TIMEOUT`` (an hour) applies; ``None``: no limit. ``retry`` retries the
@@ -221,12 +263,16 @@ def handler(
     if stall_after is not None and stall_after <= 0:
         raise ConfigError(f"stall_after of {type!r} must be positive")
 
-    def register(func: F) -> F:
+    def register(decorated: Callable[..., Any]) -> Task[Any]:
+        func = decorated.func if isinstance(decorated, Task) else decorated
+        model = _payload_model(type, func)
+        is_async = inspect.iscoroutinefunction(func)
+        run = func if model is None else _typed_runner(type, func, model, is_async)
         (registry or default_registry).add(
             HandlerSpec(
                 type=type,
-                func=func,
-                is_async=inspect.iscoroutinefunction(func),
+                func=run,
+                is_async=is_async,
                 max_attempts=max_attempts,
                 dedup_scope=dedup_scope,
                 on_fail=on_fail,
@@ -240,8 +286,64 @@ def handler(
                 stall_after_s=stall_after,
                 max_jobs_per_child=max_jobs_per_child,
                 max_child_memory=memory,
+                payload_model=model,
+                target=None if model is None else func,
             )
         )
-        return func
+        return Task(type, func, run, model)
 
     return register
+
+
+def _payload_model(type: str, func: Callable[..., Any]) -> builtins.type[BaseModel] | None:
+    """Return the model a handler takes its payload as, None for a handler of the
+    context alone; ConfigError for a second parameter that is not a model."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): the context alone
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.kind in positional and p.default is p.empty]
+    if len(required) < 2:
+        return None
+    usage = "a handler takes the JobContext, then, optionally, its payload as a pydantic model"
+    if len(required) > 2:
+        raise ConfigError(f"handler of {type!r} takes {len(required)} arguments: {usage}")
+    name = required[1].name
+    annotation = required[1].annotation
+    if isinstance(annotation, str):  # ``from __future__ import annotations``
+        # this one annotation, as get_type_hints would: the others (the context's, the
+        # return's) may name what is imported for type checkers only
+        namespace = dict(getattr(inspect.unwrap(func), "__globals__", {}))
+        try:
+            annotation = eval(annotation, namespace)
+        except Exception as exc:  # NameError and kin: anything the annotation's eval raised
+            raise ConfigError(
+                f"handler of {type!r}: cannot resolve the annotation of {name!r} "
+                f"({exc}): define its model at module level"
+            ) from None
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if not (isinstance(annotation, builtins.type) and issubclass(annotation, BaseModel)):
+        raise ConfigError(
+            f"handler of {type!r}: {name!r} must be annotated with a pydantic model ({usage})"
+        )
+    return annotation
+
+
+def _typed_runner(
+    type: str, func: Callable[..., Any], model: builtins.type[BaseModel], is_async: bool
+) -> HandlerFunc:
+    """Return what the daemon calls for a typed handler: ``func(ctx, payload)``, the
+    payload validated through ``model`` first (PayloadMismatch, never retried)."""
+    if is_async:
+
+        async def run_async(ctx: JobContext) -> Any:
+            return await func(ctx, decode_payload(type, model, ctx.payload))
+
+        return run_async
+
+    def run(ctx: JobContext) -> Any:
+        return func(ctx, decode_payload(type, model, ctx.payload))
+
+    return run

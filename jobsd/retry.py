@@ -3,18 +3,22 @@
 A type without a policy never retries: a handler exception fails the job at once. With
 one, an exception that matches ``retry_on`` (or a timeout, when ``TimeoutError`` is in
 it) moves the job to ``scheduled`` with ``run_after = now + backoff`` while attempts
-remain; anything else still fails at once.
+remain; anything else still fails at once. A payload that does not validate against
+its typed handler's model (``PayloadMismatch``) never matches: the same payload
+cannot do better.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from jobsd.errors import ConfigError
+from jobsd.errors import ConfigError, PayloadMismatch
 
 __all__ = ["Backoff", "RetryPolicy", "exponential_backoff"]
+
+_NEVER_RETRIED = f"{PayloadMismatch.__module__}.{PayloadMismatch.__qualname__}"
 
 Backoff = Callable[[int], float]
 """Seconds to wait after a failed attempt (1 for the first run); never negative."""
@@ -70,7 +74,14 @@ class RetryPolicy:
 
     def matches(self, exc: BaseException) -> bool:
         """Say whether ``exc`` is one of the errors this policy retries."""
-        return isinstance(exc, self.retry_on)
+        return isinstance(exc, self.retry_on) and not isinstance(exc, PayloadMismatch)
+
+    def matches_names(self, mro: Sequence[str]) -> bool:
+        """``matches`` for an error raised in a handler process, known by the
+        ``module.qualname`` of its type and base types."""
+        if _NEVER_RETRIED in mro:
+            return False
+        return any(f"{t.__module__}.{t.__qualname__}" in mro for t in self.retry_on)
 
     def delay_s(self, attempt: int) -> float:
         """Return the wait after ``attempt`` failed (seconds, never negative)."""

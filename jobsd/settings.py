@@ -122,6 +122,10 @@ class Settings(EnvSettings):
     handlers: CommaList = Field(default_factory=list)
     """Modules to import at start; importing them registers their handlers."""
 
+    default_org: str | None = None
+    """The org of an enqueue that names none (the clients, ``Task.enqueue``, ``jobsd
+    enqueue``); unset, such an enqueue is refused. An explicit org always wins."""
+
     queues: CommaList = Field(default_factory=list)
     """Queues this daemon claims from; empty means every queue."""
 

@@ -21,7 +21,12 @@ EXIT_JOB_FAILED = 3
 
 @click.command()
 @click.argument("type")
-@click.option("--org", "org_id", required=True, help="Organisation the job belongs to.")
+@click.option(
+    "--org",
+    "org_id",
+    default=None,
+    help="Organisation the job belongs to (default: JOBSD_DEFAULT_ORG).",
+)
 @click.option("--payload", default="{}", show_default=True, help="Job arguments, a JSON object.")
 @click.option("--queue", default="default", show_default=True)
 @click.option("--dedup-key", default=None, help="At most one such job per org is pending.")
@@ -51,9 +56,13 @@ EXIT_JOB_FAILED = 3
 @click.option("--wait", is_flag=True, help="Follow the job to its end; exit 3 unless it succeeded.")
 @friendly_errors
 def enqueue(
-    type: str, org_id: str, payload: str, wait: bool, **options: Unpack[EnqueueOptions]
+    type: str, org_id: str | None, payload: str, wait: bool, **options: Unpack[EnqueueOptions]
 ) -> None:
-    """Enqueue a job and print its id alone on stdout."""
+    """Enqueue a job and print its id alone on stdout.
+
+    Without --org the job goes to JOBSD_DEFAULT_ORG's org; with neither, nothing is
+    enqueued.
+    """
     from datetime import UTC
 
     from jobsd.client import SyncClient
@@ -69,6 +78,8 @@ def enqueue(
         options["run_after"] = run_after.replace(tzinfo=UTC)
     settings = load_settings()
     require_url(settings)
+    if org_id is None and not settings.default_org:
+        fail("no org given: pass --org, or set JOBSD_DEFAULT_ORG")
     with SyncClient(settings=settings) as client:
         try:
             job = client.enqueue(type, data, org_id=org_id, **options)

@@ -16,6 +16,7 @@ __all__ = ["check_schema", "run"]
 
 
 @click.command()
+@click.argument("modules", nargs=-1, metavar="[MODULE]...")
 @click.option("--slots", type=int, help="Jobs run at once (JOBSD_SLOTS).")
 @click.option(
     "--allow-empty",
@@ -24,11 +25,12 @@ __all__ = ["check_schema", "run"]
     "unless JOBSD_UNKNOWN_TYPES=fail).",
 )
 @friendly_errors
-def run(slots: int | None, allow_empty: bool) -> None:
+def run(modules: tuple[str, ...], slots: int | None, allow_empty: bool) -> None:
     """Run the worker daemon until SIGTERM or SIGINT.
 
-    The modules of JOBSD_HANDLERS are imported first; the current directory is
-    searched too, after the installed packages.
+    The handler modules are imported first: those of JOBSD_HANDLERS and each MODULE
+    given, as in: jobsd run myapp.jobs myapp.mail. The current directory is searched
+    too, after the installed packages.
     """
     from jobsd.http.preflight import check_api
     from jobsd.http.settings import HttpSettings
@@ -48,11 +50,11 @@ def run(slots: int | None, allow_empty: bool) -> None:
         check_api(settings, http, check_url=check_url)  # the API it starts: URL, address
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())  # JOBSD_HANDLERS=myapp.jobs from the project's directory
-    import_handlers(settings.handlers)
+    import_handlers(list(dict.fromkeys([*settings.handlers, *modules])))
     if not default_registry.types() and not allow_empty:
         raise ConfigError(
-            "no handler registered: set JOBSD_HANDLERS to the modules that define them "
-            "(e.g. JOBSD_HANDLERS=myapp.jobs), or pass --allow-empty"
+            "no handler registered: name the modules that define them (`jobsd run "
+            "myapp.jobs`, or JOBSD_HANDLERS=myapp.jobs), or pass --allow-empty"
         )
     check_schema(url)
     run_daemon(settings)

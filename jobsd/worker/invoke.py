@@ -304,7 +304,7 @@ def _facts(job: Job, spec: HandlerSpec, exc: BaseException) -> Facts:
     if policy is None:
         matched = False
     elif isinstance(exc, _RemoteError):
-        matched = any(f"{t.__module__}.{t.__qualname__}" in exc.mro for t in policy.retry_on)
+        matched = policy.matches_names(exc.mro)
     else:
         matched = policy.matches(exc)
     return Facts(job.attempts, retry_matches=matched)
