@@ -108,7 +108,7 @@ def _enqueue_org(org_id: str | None, settings: Settings) -> str:
         return org_id
     if settings.default_org:
         return settings.default_org
-    raise ConfigError("no org_id given and JOBSD_DEFAULT_ORG is not set: pass org_id or set it")
+    raise ConfigError("no org_id given and JOBSD_DEFAULT_ORG is not set: give org_id or set it")
 
 
 def _caller(org_id: str | None, actor: str) -> Caller:

@@ -79,7 +79,7 @@ def enqueue(
     settings = load_settings()
     require_url(settings)
     if org_id is None and not settings.default_org:
-        fail("no org given: pass --org, or set JOBSD_DEFAULT_ORG")
+        fail("no org given: use --org, or set JOBSD_DEFAULT_ORG")
     with SyncClient(settings=settings) as client:
         try:
             job = client.enqueue(type, data, org_id=org_id, **options)

@@ -80,7 +80,7 @@ def test_enqueue_without_org_uses_the_default_org_or_refuses(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     refused = run_cli("enqueue", "noop", env=make_env(db_url))
-    assert_one_line_error(refused, "no org given: pass --org, or set JOBSD_DEFAULT_ORG")
+    assert_one_line_error(refused, "no org given: use --org, or set JOBSD_DEFAULT_ORG")
     env = make_env(db_url, JOBSD_DEFAULT_ORG="acme")
     defaulted = run_cli("enqueue", "noop", env=env)
     explicit = run_cli("enqueue", "noop", "--org", "beta", env=env)

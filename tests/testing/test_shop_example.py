@@ -43,3 +43,42 @@ def test_the_shop_examples_tests_pass_each_under_a_second(admin_url: str, tmp_pa
         # the set-up and the call, the session's database aside (the first test sets it up)
         took_s = phases["setup"] - phases["session_fixtures"] + phases["call"]
         assert took_s < BOUND_S, f"{nodeid} took {took_s:.3f} s: {phases}"
+
+
+WRONG_CALLS = """
+from jobsd import SyncClient
+
+from shop.app import Order
+from shop.jobs import Receipt, send_receipt
+
+
+async def wrong(receipt: Receipt, client: SyncClient) -> None:
+    await send_receipt.enqueue(Order(email="ada@example.com", items=["tea"]))  # line 9
+    await send_receipt.enqueue(receipt, org_id="shop", priorty=3)  # line 10
+    await send_receipt.enqueue(receipt, client=client)  # line 11
+"""
+
+
+def test_mypy_strict_passes_the_shop_and_flags_wrong_calls_of_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mypy import api
+
+    monkeypatch.setenv("MYPYPATH", str(SHOP))  # where `import shop` is found
+    wrong = tmp_path / "wrong_calls.py"
+    wrong.write_text(WRONG_CALLS)
+    out, err, status = api.run(
+        [
+            "--strict",
+            "--no-error-summary",
+            "--cache-dir",
+            str(tmp_path / "mypy_cache"),
+            str(SHOP / "shop"),
+            str(SHOP / "tests"),
+            str(wrong),
+        ]
+    )
+    flagged = sorted({int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line})
+    elsewhere = [line for line in out.splitlines() if "wrong_calls.py" not in line]
+    assert (status, elsewhere, err) == (1, [], ""), out
+    assert flagged == [9, 10, 11], out

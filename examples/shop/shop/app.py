@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
-import jobsd
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from shop.jobs import Receipt, send_receipt
+
 ORG = "shop"
-"""the org the shop's jobs belong to (jobsd keeps each org's jobs apart)"""
+"""the org the shop's jobs belong to (a single-tenant app may set JOBSD_DEFAULT_ORG)"""
 
 app = FastAPI(title="shop")
 
@@ -20,20 +22,19 @@ class Order(BaseModel):
 
 
 class OrderCreated(BaseModel):
-    order_id: str
-    receipt_job_id: str
+    order_id: uuid.UUID
+    receipt_job_id: uuid.UUID
 
 
 @app.post("/orders", status_code=201)
 async def create_order(order: Order) -> OrderCreated:
     """Take an order and enqueue the mail of its receipt."""
-    order_id = uuid.uuid4().hex[:12]
+    order_id = uuid.uuid4()
     # A real shop stores the order first, and enqueues in the same transaction
-    # (jobsd.enqueue(..., conn=conn)): the receipt job exists if and only if the order does.
-    job = await jobsd.enqueue(
-        "send_receipt",
-        {"order_id": order_id, "email": order.email, "items": order.items},
-        org_id=ORG,
-        dedup_key=f"receipt:{order_id}",
+    # (send_receipt.enqueue(..., conn=conn)): the receipt job exists if and only if the
+    # order does.
+    receipt = Receipt(
+        order_id=order_id, email=order.email, items=order.items, ordered_at=datetime.now(UTC)
     )
-    return OrderCreated(order_id=order_id, receipt_job_id=str(job.id))
+    job = await send_receipt.enqueue(receipt, org_id=ORG, dedup_key=f"receipt:{order_id}")
+    return OrderCreated(order_id=order_id, receipt_job_id=job.id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 from fastapi.testclient import TestClient
 from jobsd.testing import JobsdDB
 
@@ -16,7 +18,7 @@ def test_post_orders_enqueues_the_receipt(jobsd_db: JobsdDB) -> None:
     order_id = response.json()["order_id"]
     jobsd_db.assert_enqueued(
         "send_receipt",
-        {"order_id": order_id, "email": "ada@example.com"},
+        {"order_id": order_id, "email": "ada@example.com", "ordered_at": mock.ANY},
         org_id="shop",
         dedup_key=f"receipt:{order_id}",
     )
