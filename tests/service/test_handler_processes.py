@@ -57,16 +57,18 @@ async def test_a_timed_out_handler_leaves_no_process_and_its_tool_no_effect(
 ) -> None:
     mark = uuid.uuid4().hex
     effect = tmp_path / "effect"
-    payload = {"mark": mark, "effect": str(effect), "effect_s": 1.5}
+    # the group is killed about 1 s after the tool starts (0.5 s timeout, 0.5 s grace);
+    # an effect due at 3 s leaves a busy machine 2 s of margin before it could land
+    payload = {"mark": mark, "effect": str(effect), "effect_s": 3.0}
     async with running_daemon(make_settings(db_url, kill_grace=0.5), REGISTRY):
         job = await client.enqueue("proc_tools_then_hang", payload, org_id="acme")
         await wait_status(db, job.id, "running", timeout_s=30)
         row = await _end(db, job)
         left_at_outcome = marked(mark)
-        # the tool would have written its effect 1.5 s after it started: watch for it
-        # until well past that
+        # the tool would have written its effect 3 s after it started: watch for it
+        # until past that
         landed = False
-        deadline = time.monotonic() + 2.5
+        deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline and not landed:
             landed = effect.exists()
             await anyio.sleep(0.05)
