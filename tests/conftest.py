@@ -14,14 +14,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from support.fixtures import anyio_backend as anyio_backend
 from support.fixtures import empty_db_url as empty_db_url
+from support.fixtures import shared_tmp as shared_tmp
 
 from jobsd.dev.embedded import EmbeddedPostgres
 
@@ -71,22 +70,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def db_url_for(base_url: str, dbname: str) -> str:
-    """Return ``base_url`` pointing at database ``dbname`` on the same server.
+    """Return ``base_url`` pointing at database ``dbname`` on the same server (a URL stays
+    a URL, as SQLAlchemy needs; a conninfo stays a conninfo): jobsd.testing's rule."""
+    from jobsd.store.testing import database_url
 
-    A ``postgresql://`` URL stays a URL (SQLAlchemy needs one); a ``key=value`` conninfo
-    stays a conninfo. Host, port, user, password and query parameters are kept.
-    """
-    parts = urlsplit(base_url)
-    if parts.scheme in ("postgresql", "postgres"):
-        url = f"{parts.scheme}://{parts.netloc}/{quote(dbname, safe='')}"
-        if parts.query:
-            url += f"?{parts.query}"
-    else:
-        url = make_conninfo(base_url, dbname=dbname)
-    parsed = conninfo_to_dict(url).get("dbname")
-    if parsed != dbname:  # e.g. a dbname given in the query string would win
-        url = make_conninfo(url, dbname=dbname)
-    return url
+    return database_url(base_url, dbname)
 
 
 def _admin_execute(admin_url: str, statement: sql.Composed) -> None:

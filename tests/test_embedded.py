@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +33,6 @@ def _scalar(url: str, query: str) -> object:
         row = c.execute(query).fetchone()
     assert row is not None
     return row[0]
-
-
-@pytest.fixture
-def shared_parent() -> Iterator[Path]:
-    """A base_dir parent that an unprivileged OS user can traverse (tmp_path is 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="jobsd-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_start_connects_and_answers_select_one(make_cluster: MakeCluster) -> None:
@@ -283,13 +272,13 @@ def test_atexit_cleans_up_a_cluster_left_running() -> None:
     assert not Path(base).exists()
 
 
-def test_clusters_of_a_killed_process_are_reaped(shared_parent: Path) -> None:
+def test_clusters_of_a_killed_process_are_reaped(shared_tmp: Path) -> None:
     result = _run_child(
         f"""
         import os, signal
         from pathlib import Path
         from jobsd.dev.embedded import EmbeddedPostgres
-        pg = EmbeddedPostgres(base_dir=Path({str(shared_parent)!r}))
+        pg = EmbeddedPostgres(base_dir=Path({str(shared_tmp)!r}))
         pg.start()
         print(pg.postmaster_pid(), pg.data_dir.parent, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # no atexit
@@ -301,7 +290,7 @@ def test_clusters_of_a_killed_process_are_reaped(shared_parent: Path) -> None:
     try:
         assert pid_alive(pid)
         assert Path(base).is_dir()
-        fresh = EmbeddedPostgres(base_dir=shared_parent)
+        fresh = EmbeddedPostgres(base_dir=shared_tmp)
         fresh.cleanup()
         assert not pid_alive(pid)
         assert not Path(base).exists()

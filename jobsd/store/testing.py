@@ -51,22 +51,20 @@ def _statement(name: str, **names: sql.Composable) -> sql.Composed:
 
 def create_database(admin_url: str, name: str) -> None:
     """Create the empty database ``name`` on the server of ``admin_url`` (a superuser's)."""
-    operation = f"creation of test database {name!r}"
-    with (
-        connect(admin_url, application_name=_APP, operation=operation) as conn,
-        db_errors(operation),
-    ):
-        conn.execute(_statement("testing_create_database", database=sql.Identifier(name)))
+    _on_server(admin_url, "testing_create_database", name, f"creation of test database {name!r}")
 
 
 def drop_database(admin_url: str, name: str) -> None:
     """Drop the database ``name`` (if it exists), ending the sessions still on it."""
-    operation = f"drop of test database {name!r}"
+    _on_server(admin_url, "testing_drop_database", name, f"drop of test database {name!r}")
+
+
+def _on_server(admin_url: str, statement: str, name: str, operation: str) -> None:
     with (
         connect(admin_url, application_name=_APP, operation=operation) as conn,
         db_errors(operation),
     ):
-        conn.execute(_statement("testing_drop_database", database=sql.Identifier(name)))
+        conn.execute(_statement(statement, database=sql.Identifier(name)))
 
 
 class SessionDatabase:

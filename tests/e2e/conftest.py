@@ -8,10 +8,8 @@ signals. Every process a test starts is killed at teardown if it is still alive.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -134,12 +132,3 @@ def run_cli(
         text=True,
         timeout=timeout_s,
     )
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A temp dir the unprivileged Postgres user can traverse (tmp_path is 0700 as root)."""
-    path = Path(tempfile.mkdtemp(prefix="jobsd-e2e-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)

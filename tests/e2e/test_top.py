@@ -33,6 +33,10 @@ class Terminal:
         pid, fd = pty.fork()
         if pid == 0:  # the child: the pty is its controlling terminal
             os.chdir(REPO_ROOT)
+            # as a person's shell starts it: a run started in the background of a script
+            # (`.ci/run &`) ignores SIGINT, which the command would inherit, and Ctrl-C
+            # would do nothing
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execvpe(args[0], args, env)
         self.pid, self.fd = pid, fd
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))

@@ -26,7 +26,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from e2e.conftest import shared_tmp as shared_tmp
 from harness import Campaign, Check, Scenario
 from proxy import Proxy
 from psycopg import sql

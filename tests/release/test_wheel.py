@@ -15,10 +15,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import tomllib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -89,15 +87,6 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def outside() -> Iterator[Path]:
-    """A directory away from the checkout (readable by the embedded cluster's user)."""
-    path = Path(tempfile.mkdtemp(prefix="jobsd-wheel-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _install(wheel: Path, pins: Path, venv: Path, extras: str = "") -> Path:
     assert UV is not None
     _run(UV, "venv", "--quiet", "--python", sys.executable, venv)
@@ -106,13 +95,13 @@ def _install(wheel: Path, pins: Path, venv: Path, extras: str = "") -> Path:
     return venv / "bin"
 
 
-def _clean_env(outside: Path, **values: str) -> dict[str, str]:
+def _clean_env(workdir: Path, **values: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("JOBSD_", "PYTHON", "VIRTUAL_ENV", "UV_"))
     }
-    env["TMPDIR"] = str(outside)
+    env["TMPDIR"] = str(workdir)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(values)
     return env
@@ -143,9 +132,9 @@ print(json.dumps({
 
 
 def test_the_wheel_alone_installs_few_distributions_and_enqueues(
-    dist: Path, pins: Path, outside: Path, db_url: str
+    dist: Path, pins: Path, shared_tmp: Path, db_url: str
 ) -> None:
-    bin_dir = _install(dist, pins, outside / "venv")
+    bin_dir = _install(dist, pins, shared_tmp / "venv")
     assert UV is not None
     listed = _run(UV, "pip", "list", "--python", bin_dir / "python", "--format", "json")
     names = {entry["name"].lower() for entry in json.loads(listed.stdout)}
@@ -154,12 +143,12 @@ def test_the_wheel_alone_installs_few_distributions_and_enqueues(
     assert len(dependencies) <= CORE_DEPENDENCIES_MAX, dependencies
     assert {name.replace("-", "_") for name in dependencies}.isdisjoint(EXTRA_LIBRARIES)
 
-    script = outside / "app.py"
+    script = shared_tmp / "app.py"
     script.write_text(APPLICATION)
-    env = _clean_env(outside, JOBSD_DATABASE_URL=db_url, JOBSD_ALLOW_INSECURE="1")
-    ran = _run(bin_dir / "python", script, env=env, cwd=outside)
+    env = _clean_env(shared_tmp, JOBSD_DATABASE_URL=db_url, JOBSD_ALLOW_INSECURE="1")
+    ran = _run(bin_dir / "python", script, env=env, cwd=shared_tmp)
     seen = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert seen["jobsd"].startswith(str(outside / "venv")), "the wheel's jobsd, not the checkout"
+    assert seen["jobsd"].startswith(str(shared_tmp / "venv")), "the wheel's jobsd, not the checkout"
     assert seen["version"] == VERSION
     assert (seen["status"], seen["other_status"]) == ("queued", "cancelled")
     assert EXTRA_LIBRARIES.isdisjoint(seen["modules"]), seen["modules"]
@@ -172,10 +161,10 @@ def test_the_wheel_alone_installs_few_distributions_and_enqueues(
         (seen["other"], "send_receipt", {"order": 43}, "cancelled"),
     ]
 
-    version = _run(bin_dir / "jobsd", "--version", env=env, cwd=outside)
+    version = _run(bin_dir / "jobsd", "--version", env=env, cwd=shared_tmp)
     assert version.stdout.strip() == f"jobsd, version {VERSION}"
     refused = subprocess.run(
-        [bin_dir / "jobsd", "status"], env=env, cwd=outside, capture_output=True, text=True
+        [bin_dir / "jobsd", "status"], env=env, cwd=shared_tmp, capture_output=True, text=True
     )
     assert refused.returncode == 2
     assert "pip install 'jobsd[server]'" in refused.stderr
@@ -192,14 +181,14 @@ def _banner_commands(text: str) -> list[list[str]]:
 
 
 def test_the_server_extra_runs_jobsd_dev_and_the_banner_s_commands_work(
-    dist: Path, pins: Path, outside: Path
+    dist: Path, pins: Path, shared_tmp: Path
 ) -> None:
-    bin_dir = _install(dist, pins, outside / "venv", "[server]")
-    env = _clean_env(outside, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    version = _run(bin_dir / "jobsd", "--version", env=env, cwd=outside)
+    bin_dir = _install(dist, pins, shared_tmp / "venv", "[server]")
+    env = _clean_env(shared_tmp, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    version = _run(bin_dir / "jobsd", "--version", env=env, cwd=shared_tmp)
     assert version.stdout.strip() == f"jobsd, version {VERSION}"
 
-    dev = Proc([str(bin_dir / "jobsd"), "dev", "--no-examples"], env, cwd=outside)
+    dev = Proc([str(bin_dir / "jobsd"), "dev", "--no-examples"], env, cwd=shared_tmp)
     try:
         url = dev.wait_for(r"^\s+(postgresql://\S+)$", timeout_s=90).group(1)
         dev.wait_for(r"Stop with Ctrl-C")
@@ -219,19 +208,19 @@ def test_the_server_extra_runs_jobsd_dev_and_the_banner_s_commands_work(
             ["jobsd", "status"],
             ["JOBSD_HANDLERS=jobsd.dev.examples", "jobsd"],
         ], commands
-        imported = _run(*commands[0], env=client_env, cwd=outside)
+        imported = _run(*commands[0], env=client_env, cwd=shared_tmp)
         import_id = uuid.UUID(imported.stdout.strip())
         failed = subprocess.run(
-            commands[1], env=client_env, cwd=outside, capture_output=True, text=True, timeout=60
+            commands[1], env=client_env, cwd=shared_tmp, capture_output=True, text=True, timeout=60
         )
         assert failed.returncode != 0 and "this job always fails" in failed.stderr, failed
-        status = _run(*commands[2][:2], str(import_id), env=client_env, cwd=outside)
+        status = _run(*commands[2][:2], str(import_id), env=client_env, cwd=shared_tmp)
         assert str(import_id) in status.stdout and "succeeded" in status.stdout, status.stdout
 
         # the second daemon of the crash walk-through starts from the wheel as well
         key, _, value = commands[3][0].partition("=")
         second = Proc(
-            [str(bin_dir / "jobsd"), *commands[3][2:]], client_env | {key: value}, cwd=outside
+            [str(bin_dir / "jobsd"), *commands[3][2:]], client_env | {key: value}, cwd=shared_tmp
         )
         try:
             second.wait_for(r"\bdaemon\.ready\b", timeout_s=60)

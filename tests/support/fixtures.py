@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -31,3 +34,12 @@ def empty_db_url(admin_url: str) -> Iterator[str]:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A temp dir the unprivileged Postgres user can traverse (tmp_path is 0700 as root)."""
+    path = Path(tempfile.mkdtemp(prefix="jobsd-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
