@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 import psycopg
@@ -23,7 +24,13 @@ from jobsd.store.connect import connect
 from jobsd.store.db import db_errors
 from jobsd.store.sqlfiles import Migration, load_migrations
 
-__all__ = ["MigrationStatus", "apply_pending", "migrate_sync", "migration_status_sync"]
+__all__ = [
+    "MigrationStatus",
+    "apply_pending",
+    "migrate_sync",
+    "migration_script",
+    "migration_status_sync",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +127,87 @@ def _apply(conn: psycopg.Connection[Any], migrations: list[Migration]) -> list[s
         log.info("migration.applied", extra={"migration": migration.name})
         applied_now.append(migration.name)
     return applied_now
+
+
+def migration_script(after: int | None = None) -> str:
+    """Return the migrations after version ``after`` (all when None) as one SQL script
+    that does what ``migrate_sync`` does on a database with exactly the migrations up to
+    ``after`` applied (none when None), bookkeeping rows and checksums included.
+
+    Nothing is read from a database. The script opens no transaction: its runner runs it
+    in one (``psql --single-transaction``, an Alembic revision), which holds the advisory
+    lock to its end. On a database at another version the script fails at its first
+    statements and changes nothing: it never applies a migration twice.
+    """
+    if after is not None and after < 0:
+        raise ValueError(f"after must be a version (0 or more), not {after}")
+    shipped = load_migrations()
+    base = [m.version for m in shipped if after is not None and m.version <= after]
+    todo = [m for m in shipped if after is None or m.version > after]
+    parts = [
+        _header(after, has_base=bool(base)),
+        f"SELECT pg_advisory_xact_lock({_LOCK_KEY});\n",
+        _BOOKKEEPING.strip() + "\n",
+        _guard(base),
+    ]
+    if not todo:
+        latest = shipped[-1].name if shipped else "none"
+        parts.append(f"-- no migration after version {after}: the latest is {latest}\n")
+    for migration in todo:
+        parts.append(
+            f"-- migration {migration.name}\n"
+            + migration.sql.rstrip()
+            + "\n\nINSERT INTO jobsd.schema_migrations (version, name, checksum) VALUES ("
+            f"{migration.version}, {_literal(migration.name)}, {_literal(_checksum(migration))});\n"
+        )
+    return "\n".join(parts)
+
+
+def _header(after: int | None, *, has_base: bool) -> str:
+    """Return the script's opening comment: what it is, for which database, how to run it."""
+    command = "jobsd migrate --sql" + ("" if after is None else f" --after {after}")
+    start = f"the migrations up to version {after}" if has_base else "no jobsd migration"
+    return (
+        f"-- jobsd {_jobsd_version()} schema migrations, as one SQL script ({command})\n"
+        "--\n"
+        "-- It does what `jobsd migrate` does, and records each migration in\n"
+        "-- jobsd.schema_migrations with the same checksum: `jobsd migrate` and the daemon\n"
+        "-- then find the schema up to date. It is for a database with\n"
+        f"-- {start} applied; on any other it stops at the check below.\n"
+        "-- It opens no transaction: run it in one, e.g.\n"
+        "--   psql --single-transaction -v ON_ERROR_STOP=1 -f jobsd.sql\n"
+    )
+
+
+def _guard(base: list[int]) -> str:
+    """Return a statement that fails unless exactly the versions ``base`` are applied."""
+    expected = _literal("{" + ",".join(map(str, base)) + "}") + "::integer[]"
+    return (
+        "-- the database must have exactly the migrations this script starts from\n"
+        "DO $guard$\n"
+        "DECLARE\n"
+        "  found integer[] := ARRAY(SELECT version FROM jobsd.schema_migrations ORDER BY 1);\n"
+        "BEGIN\n"
+        f"  IF found IS DISTINCT FROM {expected} THEN\n"
+        "    RAISE EXCEPTION 'jobsd migrations applied: %, this script is for %', found, "
+        f"{expected}\n"
+        "      USING HINT = 'run jobsd migrate, or apply the script of "
+        "jobsd migrate --sql --after <the last version applied>';\n"
+        "  END IF;\n"
+        "END\n"
+        "$guard$;\n"
+    )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _jobsd_version() -> str:
+    try:
+        return metadata.version("jobsd")
+    except metadata.PackageNotFoundError:  # a checkout that was never installed
+        return "0+unknown"
 
 
 def migration_status_sync(database_url: str) -> list[MigrationStatus]:
