@@ -38,6 +38,7 @@ __all__ = [
     "lagging_reader",
     "load_settings",
     "migrate",
+    "migration_script",
     "on_job",
     "on_named",
     "open_connection_async",
@@ -98,6 +99,14 @@ def migrate(url: str) -> list[str]:
     from jobsd.store.migrate import migrate_sync
 
     return migrate_sync(url)
+
+
+def migration_script(after: int | None) -> str:
+    """Return the migrations after version ``after`` (all when None) as one SQL script;
+    no database is needed."""
+    from jobsd.store.migrate import migration_script as store_migration_script
+
+    return store_migration_script(after)
 
 
 def pending_migrations(url: str) -> list[str]:
