@@ -73,12 +73,12 @@ def apply_pending(conn: psycopg.Connection[Any], *, up_to: int | None = None) ->
     when given); return the names applied (empty when up to date).
 
     On an autocommit connection outside a transaction, as ``migrate_sync`` runs it, the
-    advisory lock is the session's and is released before returning, and each migration
-    commits on its own with its row. Inside a transaction (the caller's open one, or the
-    one a non-autocommit connection opens at the first statement) the lock is the
-    transaction's, each migration is a savepoint, and nothing is committed here: the
-    caller's commit keeps them all, its rollback none. Rows are read by position, so
-    any row factory will do.
+    advisory lock is the connection's (``pg_advisory_lock``), released before returning,
+    and each migration commits on its own with its row. Inside a transaction (the
+    caller's open one, or the one a non-autocommit connection opens at the first
+    statement) the lock is the transaction's, each migration is a savepoint, and nothing
+    is committed here: the caller's commit keeps them all, its rollback none. Rows are
+    read by position, so any row factory will do.
     """
     migrations = [m for m in load_migrations() if up_to is None or m.version <= up_to]
     own_transactions = (

@@ -150,7 +150,7 @@ def test_the_script_runs_as_an_alembic_revision_runs_it(empty_db_url: str) -> No
 def _lock_is_free(url: str) -> bool:
     with psycopg.connect(url, autocommit=True) as other:
         row = other.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
-    return row == (True,)  # the session lock goes with the closed connection
+    return row == (True,)  # a lock held by a connection ends with it
 
 
 def test_apply_pending_in_a_transaction_rolled_back_leaves_no_schema(empty_db_url: str) -> None:
@@ -174,7 +174,7 @@ def test_apply_pending_in_a_transaction_committed_is_complete(
         with conn.transaction():
             assert apply_pending(conn) == names
         assert _schema(empty_db_url) == _schema(db_url)
-        # outside a transaction now: the session lock, nothing to do, the lock released
+        # outside a transaction now: the connection's lock, nothing to do, the lock released
         assert apply_pending(conn) == []
         assert _lock_is_free(empty_db_url)
     assert migrate_sync(empty_db_url) == []
