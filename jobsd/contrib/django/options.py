@@ -1,0 +1,55 @@
+"""The settings of one jobsd task backend: its ``TASKS`` entry, checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from jobsd.settings import Settings
+
+__all__ = ["KNOWN_OPTIONS", "KNOWN_PARAMS", "BackendOptions"]
+
+KNOWN_PARAMS = frozenset({"BACKEND", "QUEUES", "OPTIONS"})
+KNOWN_OPTIONS = frozenset({"DATABASE", "ORG_ID"})
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """What a jobsd backend's ``TASKS`` entry says."""
+
+    database: str
+    """the alias in ``DATABASES`` the jobs are written through (``default``)"""
+    org_id: str
+    """the org the tasks' jobs belong to (``JOBSD_DEFAULT_ORG``, else ``default``)"""
+    max_payload_bytes: int | None
+    """the largest arguments a task may take, as JSON (``JOBSD_MAX_PAYLOAD_BYTES``)"""
+
+    @classmethod
+    def parse(cls, alias: str, params: dict[str, Any]) -> BackendOptions:
+        """Check a ``TASKS`` entry (ImproperlyConfigured names what is wrong)."""
+        unknown = sorted(set(params) - KNOWN_PARAMS)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}] has an entry jobsd does not know: {unknown[0]!r} "
+                f"(known: {', '.join(sorted(KNOWN_PARAMS))})"
+            )
+        options = params.get("OPTIONS", {})
+        if not isinstance(options, dict):
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS'] must be a dict")
+        unknown = sorted(set(options) - KNOWN_OPTIONS)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS'] has an option jobsd does not know: "
+                f"{unknown[0]!r} (known: {', '.join(sorted(KNOWN_OPTIONS))})"
+            )
+        settings = Settings()
+        database = options.get("DATABASE", "default")
+        org_id = options.get("ORG_ID") or settings.default_org or "default"
+        for name, value in (("DATABASE", database), ("ORG_ID", org_id)):
+            if not isinstance(value, str) or not value:
+                raise ImproperlyConfigured(
+                    f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a non-empty string"
+                )
+        return cls(database, org_id, settings.max_payload_bytes)
