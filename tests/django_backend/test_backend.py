@@ -260,10 +260,30 @@ def _backend(**params: Any) -> Any:
 def test_an_unknown_option_is_refused_naming_it(site: JobsdDB) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    with pytest.raises(ImproperlyConfigured, match=r"'ORG'.*known: DATABASE, ORG_ID"):
+    with pytest.raises(ImproperlyConfigured, match=r"'ORG'.*known: DATABASE, MAX_ATTEMPTS, ORG_ID"):
         _backend(OPTIONS={"ORG": "acme"})
     with pytest.raises(ImproperlyConfigured, match="'QUEUE'"):
         _backend(QUEUE=["default"])
+    with pytest.raises(ImproperlyConfigured, match=r"MAX_ATTEMPTS.*at least 1, got 0"):
+        _backend(OPTIONS={"MAX_ATTEMPTS": 0})
+
+
+def test_max_attempts_is_the_handlers_runs(site: JobsdDB) -> None:
+    from django.test import override_settings
+    from sitetasks import add
+
+    from jobsd.contrib.django.handlers import register_tasks
+    from jobsd.registry import Registry
+
+    backend = "jobsd.contrib.django.JobsdBackend"
+    for given, runs in (({}, 1), ({"MAX_ATTEMPTS": 3}, 3)):
+        tasks = {"default": {"BACKEND": backend, "OPTIONS": given}}
+        with override_settings(TASKS=tasks):
+            add.get_backend()  # the backend of these settings
+            registry = Registry()
+            register_tasks(registry)
+            spec = registry.get("sitetasks.add")
+            assert spec is not None and spec.max_attempts == runs
 
 
 def test_a_database_that_is_not_postgresql_is_refused(site: JobsdDB) -> None:

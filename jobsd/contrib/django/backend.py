@@ -133,7 +133,7 @@ def _arguments(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dic
             normalize_json(value)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(
-                f"{what} of task {task.module_path} is not a JSON value ({exc}): pass "
+                f"{what} of task {task.module_path} is not a JSON value ({exc}): use "
                 "str, int, float, bool, None, lists and dicts of them, e.g. a model's pk"
             ) from None
     return {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}

@@ -30,7 +30,8 @@ def register_tasks(registry: Registry | None = None) -> list[str]:
         if target.get(path) is not None:
             continue
         run = run_task_async if inspect.iscoroutinefunction(task.func) else run_task
-        handler(path, registry=target)(run)
+        max_attempts = task.get_backend().config.max_attempts
+        handler(path, max_attempts=max_attempts, registry=target)(run)
         registered.append(path)
     return registered
 

@@ -12,7 +12,7 @@ from jobsd.settings import Settings
 __all__ = ["KNOWN_OPTIONS", "KNOWN_PARAMS", "BackendOptions"]
 
 KNOWN_PARAMS = frozenset({"BACKEND", "QUEUES", "OPTIONS"})
-KNOWN_OPTIONS = frozenset({"DATABASE", "ORG_ID"})
+KNOWN_OPTIONS = frozenset({"DATABASE", "MAX_ATTEMPTS", "ORG_ID"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,9 @@ class BackendOptions:
     """the org the tasks' jobs belong to (``JOBSD_DEFAULT_ORG``, else ``default``)"""
     max_payload_bytes: int | None
     """the largest arguments a task may take, as JSON (``JOBSD_MAX_PAYLOAD_BYTES``)"""
+    max_attempts: int = 1
+    """the runs a task's job may get: a run cut short (its daemon died or shut down)
+    is run again while runs remain; a task that raises fails at once whatever it says"""
 
     @classmethod
     def parse(cls, alias: str, params: dict[str, Any]) -> BackendOptions:
@@ -52,4 +55,10 @@ class BackendOptions:
                 raise ImproperlyConfigured(
                     f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a non-empty string"
                 )
-        return cls(database, org_id, settings.max_payload_bytes)
+        max_attempts = options.get("MAX_ATTEMPTS", 1)
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a whole number of at "
+                f"least 1, got {max_attempts!r}"
+            )
+        return cls(database, org_id, settings.max_payload_bytes, max_attempts)
