@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from jobsd.contrib.django.connection import check_database, raw_connection
@@ -85,9 +85,12 @@ class JobsdBackend(BaseTaskBackend):  # type: ignore[misc]
             run_after=_aware(task.run_after),
         )
         database = self.config.database
-        # a savepoint inside the caller's transaction: a refused insert (an unknown
-        # queue, a full one) leaves that transaction usable
-        with transaction.atomic(using=database):
+        if connections[database].in_atomic_block:
+            # a savepoint inside the caller's transaction: a refused insert (an unknown
+            # queue, a full one) leaves that transaction usable
+            with transaction.atomic(using=database):
+                job = enqueue_sync(raw_connection(database), spec)
+        else:  # autocommit: the one INSERT commits, or fails, on its own
             job = enqueue_sync(raw_connection(database), spec)
         result = TaskResult(
             task=task,
