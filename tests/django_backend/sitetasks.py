@@ -38,3 +38,13 @@ def which_attempt(context: Any) -> dict[str, Any]:
 @task
 def record(name: str) -> str:
     return name
+
+
+@task(takes_context=True)
+async def which_attempt_async(context: Any) -> dict[str, Any]:
+    return {"attempt": context.attempt, "id": context.task_result.id}
+
+
+@task(backend="other")
+def elsewhere(n: int) -> int:
+    return n * 2

@@ -304,3 +304,161 @@ async def test_aenqueue_and_aget_result_work_from_async_code(site: JobsdDB) -> N
 
     assert str(result.status) == "READY" and result.args == [4, 5]
     assert count_jobs(site.url, type="sitetasks.add") == 1
+
+
+def test_an_async_task_taking_the_context_runs(worker: JobsdWorker) -> None:
+    from sitetasks import which_attempt_async
+
+    enqueued = which_attempt_async.enqueue()
+    [ran] = worker.drain()
+
+    assert ran.status == "succeeded", ran.job.error
+    assert which_attempt_async.get_result(enqueued.id).return_value == {
+        "attempt": 1,
+        "id": enqueued.id,
+    }
+
+
+def test_a_task_of_another_backend_enqueued_on_jobsd_runs_there(worker: JobsdWorker) -> None:
+    from sitetasks import elsewhere
+
+    on_jobsd = elsewhere.using(backend="default")
+    enqueued = on_jobsd.enqueue(21)
+    [ran] = worker.drain()
+
+    assert ran.status == "succeeded", ran.job.error
+    assert on_jobsd.get_result(enqueued.id).return_value == 42
+
+
+def _small_queue(site: JobsdDB) -> None:
+    """A queue holding at most one open job, holding one."""
+    import jobsd
+
+    client = jobsd.SyncClient()
+    try:
+        import anyio
+
+        async def create() -> None:
+            async with jobsd.Client() as admin:
+                await admin.create_queue("small", capacity=1)
+
+        anyio.run(create)
+        client.enqueue("filler", {}, org_id="newsletter", queue="small")
+    finally:
+        client.close()
+
+
+def test_a_full_queue_inside_atomic_leaves_the_callers_transaction_usable(
+    site: JobsdDB,
+) -> None:
+    from django.db import transaction
+    from django.test import override_settings
+    from signups.models import Subscriber
+    from sitetasks import add
+
+    import jobsd
+
+    _small_queue(site)
+    tasks = {"default": {"BACKEND": "jobsd.contrib.django.JobsdBackend", "QUEUES": []}}
+    with override_settings(TASKS=tasks), transaction.atomic():
+        Subscriber.objects.create(email="kept@example.com")
+        with pytest.raises(jobsd.QueueFull):  # raised by the database: the savepoint
+            add.using(queue_name="small").enqueue(1, 2)
+        Subscriber.objects.create(email="also-kept@example.com")
+    assert Subscriber.objects.count() == 2
+    assert count_jobs(site.url, queue="small") == 1  # the filler only
+
+
+def test_a_full_queue_in_autocommit_leaves_the_connection_usable(site: JobsdDB) -> None:
+    from django.test import override_settings
+    from signups.models import Subscriber
+    from sitetasks import add
+
+    import jobsd
+
+    _small_queue(site)
+    tasks = {"default": {"BACKEND": "jobsd.contrib.django.JobsdBackend", "QUEUES": []}}
+    with override_settings(TASKS=tasks):
+        with pytest.raises(jobsd.QueueFull):
+            add.using(queue_name="small").enqueue(1, 2)
+        Subscriber.objects.create(email="kept@example.com")
+        add.enqueue(1, 2)
+    assert Subscriber.objects.count() == 1
+    assert count_jobs(site.url) == 2
+
+
+def test_a_dead_persistent_connection_is_dropped_after_the_failed_request(
+    site: JobsdDB, admin_url: str
+) -> None:
+    import psycopg
+    from django.db import close_old_connections, connection
+    from sitetasks import add
+
+    from jobsd.errors import BackendUnavailable
+
+    connection.settings_dict["CONN_MAX_AGE"] = 600  # kept across requests
+    try:
+        close_old_connections()  # a request starts
+        add.enqueue(1, 2)
+        pid = connection.connection.info.backend_pid
+        close_old_connections()  # it ends: the connection is kept
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        close_old_connections()  # the next request
+        with pytest.raises(BackendUnavailable):
+            add.enqueue(3, 4)
+        close_old_connections()  # ends: the dead connection is dropped
+
+        close_old_connections()  # the one after works
+        add.enqueue(5, 6)
+        assert connection.connection.info.backend_pid != pid
+    finally:
+        connection.settings_dict["CONN_MAX_AGE"] = 0
+        connection.close()
+    assert count_jobs(site.url) == 2
+
+
+def test_priorities_given_as_whole_floats_keep_their_order(site: JobsdDB) -> None:
+    from sitetasks import record
+
+    record.using(priority=5.0).enqueue("five")
+
+    assert site.assert_enqueued("sitetasks.record").priority == -5
+
+
+def test_an_empty_org_id_is_refused(site: JobsdDB) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match=r"ORG_ID.*non-empty"):
+        _backend(OPTIONS={"ORG_ID": ""})
+
+
+def test_the_system_check_names_a_backend_that_cannot_be_made(site: JobsdDB) -> None:
+    from django.core import checks
+    from django.test import override_settings
+
+    backend = "jobsd.contrib.django.JobsdBackend"
+    tasks = {"default": {"BACKEND": backend, "OPTIONS": {"DATABASE": "lite"}}}
+    with override_settings(TASKS=tasks):
+        errors = checks.run_checks()
+    [error] = [e for e in errors if e.id == "jobsd.E001"]
+    assert "needs PostgreSQL: database 'lite'" in error.msg
+
+
+def test_the_schema_migration_skips_other_databases_and_refuses_sqlite(site: JobsdDB) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import connections
+    from django.test import override_settings
+
+    from jobsd.contrib.django.schema import apply_schema
+
+    assert apply_schema(connections["lite"], up_to=27) == []  # no jobsd backend uses it
+    backend = "jobsd.contrib.django.JobsdBackend"
+    tasks = {"default": {"BACKEND": backend, "OPTIONS": {"DATABASE": "lite"}}}
+    with (
+        override_settings(TASKS=tasks),
+        pytest.raises(ImproperlyConfigured, match="needs PostgreSQL: database 'lite'"),
+    ):
+        apply_schema(connections["lite"], up_to=27)
+    assert apply_schema(connections["default"], up_to=27) == []  # up to date already

@@ -17,7 +17,7 @@ from .conftest import NEWSLETTER, REPO_ROOT
 
 pytestmark = pytest.mark.timeout(600)
 
-EXPECTED = "3 passed"
+EXPECTED = "4 passed"
 
 
 def run_example_tests(python: str, admin_url: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,11 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+try:
+    from django.tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+except ImportError:  # Django before 6.0: the django-tasks backport
+    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+
 from signups.models import Subscriber
 from signups.tasks import send_welcome
 
@@ -39,7 +44,10 @@ def subscribe(request: HttpRequest) -> JsonResponse:
 @require_GET
 def welcome_status(request: HttpRequest, result_id: str) -> JsonResponse:
     """Say where the welcome mail is, through Django's own result API."""
-    result = send_welcome.get_result(result_id)
+    try:
+        result = send_welcome.get_result(result_id)
+    except (TaskResultDoesNotExist, TaskResultMismatch):
+        return JsonResponse({"error": "no such welcome mail"}, status=404)
     answer = {"status": str(result.status), "attempts": result.attempts}
     if result.is_finished and not result.errors:
         answer["return_value"] = result.return_value

@@ -46,3 +46,9 @@ def test_the_welcome_mail_runs_to_a_result_read_through_django(client, jobsd_wor
     from signups.models import Subscriber
 
     assert Subscriber.objects.get(email="cy@example.com").welcomed_at is not None
+
+
+def test_the_status_of_no_welcome_mail_is_404(client, jobsd_db):
+    answer = client.get("/welcome/0190a0a0-0000-7000-8000-000000000000")
+
+    assert answer.status_code == 404

@@ -11,7 +11,8 @@ back from the job (``results.py``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from django.utils import timezone
 from jobsd.contrib.django.connection import check_database, raw_connection
 from jobsd.contrib.django.options import BackendOptions
 from jobsd.contrib.django.results import task_result
+from jobsd.contrib.django.runner import BACKEND_KEY
 from jobsd.contrib.django.tasksapi import (
     BaseTaskBackend,
     InvalidTaskBackend,
@@ -30,7 +32,7 @@ from jobsd.contrib.django.tasksapi import (
     normalize_json,
     task_enqueued,
 )
-from jobsd.errors import InvalidPayload, JobNotFound
+from jobsd.errors import DatabaseError, InvalidPayload, JobNotFound
 from jobsd.jobspec import JobSpec
 from jobsd.ops.caller import Caller
 from jobsd.ops.get import get_job_sync
@@ -77,21 +79,23 @@ class JobsdBackend(BaseTaskBackend):  # type: ignore[misc]
         arguments = _arguments(task, args, kwargs)
         spec = JobSpec.build(
             task.module_path,
-            arguments,
+            {**arguments, BACKEND_KEY: self.alias},
             org_id=self.config.org_id,
             max_payload_bytes=self.config.max_payload_bytes,
             queue=task.queue_name,
-            priority=-task.priority,
+            priority=-int(task.priority),
             run_after=_aware(task.run_after),
         )
         database = self.config.database
-        if connections[database].in_atomic_block:
-            # a savepoint inside the caller's transaction: a refused insert (an unknown
-            # queue, a full one) leaves that transaction usable
-            with transaction.atomic(using=database):
+        with _marking_errors(database):
+            if connections[database].get_autocommit():
+                # the one INSERT commits, or fails, on its own
                 job = enqueue_sync(raw_connection(database), spec)
-        else:  # autocommit: the one INSERT commits, or fails, on its own
-            job = enqueue_sync(raw_connection(database), spec)
+            else:
+                # a savepoint inside the caller's transaction: a refused insert (a
+                # full queue) leaves that transaction usable
+                with transaction.atomic(using=database):
+                    job = enqueue_sync(raw_connection(database), spec)
         result = TaskResult(
             task=task,
             id=str(job.id),
@@ -119,11 +123,23 @@ class JobsdBackend(BaseTaskBackend):  # type: ignore[misc]
         database = self.config.database
         caller = Caller.for_org(self.config.org_id, _ACTOR)
         try:
-            with transaction.atomic(using=database):
+            with _marking_errors(database), transaction.atomic(using=database):
                 view = get_job_sync(raw_connection(database), caller, key)
         except JobNotFound:
             raise TaskResultDoesNotExist(f"no task result {result_id!r}") from None
         return task_result(view, self.alias)
+
+
+@contextmanager
+def _marking_errors(database: str) -> Iterator[None]:
+    """Tell Django when a statement of jobsd's failed on its connection, as its own
+    cursors do: the connection is then checked, and dropped if dead, at the end of the
+    request (``close_old_connections``) rather than kept for the next one."""
+    try:
+        yield
+    except DatabaseError:
+        connections[database].errors_occurred = True
+        raise
 
 
 def _arguments(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,9 @@ def raw_connection(alias: str) -> psycopg.Connection[Any]:
     """Return the psycopg connection under Django's connection ``alias`` (opened if it
     was not): a statement on it joins Django's current transaction."""
     wrapper = connections[alias]
+    # as Django's own cursors do: a connection kept across requests (CONN_MAX_AGE) is
+    # checked first when CONN_HEALTH_CHECKS asks for it
+    wrapper.close_if_health_check_failed()
     wrapper.ensure_connection()
     raw: psycopg.Connection[Any] = wrapper.connection
     return raw

@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from jobsd.settings import Settings
 
-__all__ = ["KNOWN_OPTIONS", "KNOWN_PARAMS", "BackendOptions"]
+__all__ = ["KNOWN_OPTIONS", "KNOWN_PARAMS", "BackendOptions", "jobsd_backends"]
 
 KNOWN_PARAMS = frozenset({"BACKEND", "QUEUES", "OPTIONS"})
 KNOWN_OPTIONS = frozenset({"DATABASE", "MAX_ATTEMPTS", "ORG_ID"})
@@ -47,9 +47,12 @@ class BackendOptions:
                 f"TASKS[{alias!r}]['OPTIONS'] has an option jobsd does not know: "
                 f"{unknown[0]!r} (known: {', '.join(sorted(KNOWN_OPTIONS))})"
             )
-        settings = Settings()
+        try:
+            settings = Settings()
+        except Exception as exc:  # a JOBSD_* variable the backend reads is wrong
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]: {exc}") from exc
         database = options.get("DATABASE", "default")
-        org_id = options.get("ORG_ID") or settings.default_org or "default"
+        org_id = options.get("ORG_ID", settings.default_org or "default")
         for name, value in (("DATABASE", database), ("ORG_ID", org_id)):
             if not isinstance(value, str) or not value:
                 raise ImproperlyConfigured(
@@ -62,3 +65,22 @@ class BackendOptions:
                 f"least 1, got {max_attempts!r}"
             )
         return cls(database, org_id, settings.max_payload_bytes, max_attempts)
+
+
+def jobsd_backends(tasks: dict[str, Any]) -> dict[str, str]:
+    """Return the aliases of ``TASKS`` whose backend is jobsd's, each with the
+    ``DATABASES`` alias it writes through (read without making the backend)."""
+    from django.utils.module_loading import import_string
+
+    from jobsd.contrib.django.backend import JobsdBackend
+
+    found: dict[str, str] = {}
+    for alias, entry in tasks.items():
+        try:
+            backend = import_string(entry.get("BACKEND", ""))
+        except ImportError:
+            continue
+        if isinstance(backend, type) and issubclass(backend, JobsdBackend):
+            options = entry.get("OPTIONS") or {}
+            found[alias] = options.get("DATABASE", "default")
+    return found

@@ -1,9 +1,9 @@
 """jobsd's schema, applied by ``manage.py migrate``.
 
-It applies every pending migration jobsd ships, exactly as ``jobsd migrate`` does
-(same bookkeeping, same lock: running both is harmless). A jobsd release that adds a
-schema migration adds a Django migration here too, so that ``manage.py migrate`` keeps
-the schema current; ``SCHEMA_VERSION`` says which jobsd migration each one reaches.
+It applies jobsd's schema migrations up to ``SCHEMA_VERSION``, exactly as ``jobsd
+migrate`` does (same bookkeeping, same lock: running both is harmless), on each
+database a jobsd task backend writes to, and does nothing on the others. A jobsd
+release that adds a schema migration adds a Django migration here too, reaching it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ SCHEMA_VERSION = 27
 
 
 def apply_jobsd_schema(apps: Any, schema_editor: Any) -> None:
-    from jobsd.store.migrate import apply_pending
+    from jobsd.contrib.django.schema import apply_schema
 
-    connection = schema_editor.connection
-    connection.ensure_connection()
-    apply_pending(connection.connection)
+    apply_schema(schema_editor.connection, up_to=SCHEMA_VERSION)
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]
@@ -28,4 +26,6 @@ class Migration(migrations.Migration):  # type: ignore[misc]
     atomic = False
     initial = True
     dependencies: ClassVar[list[tuple[str, str]]] = []
-    operations: ClassVar[list[Any]] = [migrations.RunPython(apply_jobsd_schema, elidable=False)]
+    operations: ClassVar[list[Any]] = [
+        migrations.RunPython(apply_jobsd_schema, elidable=False),
+    ]

@@ -17,8 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobsd.contrib.django.backend import JobsdBackend
 from jobsd.contrib.django.connection import connection_string
+from jobsd.contrib.django.options import jobsd_backends
 
 HANDLERS_MODULE = "jobsd.contrib.django.handlers"
 
@@ -40,8 +40,11 @@ class Command(BaseCommand):  # type: ignore[misc]
 
     def handle(self, *args: Any, **options: Any) -> None:
         backend = _jobsd_backend(options["backend"])
-        os.environ["JOBSD_DATABASE_URL"] = connection_string(backend.config.database)
-        os.environ.setdefault("JOBSD_DEFAULT_ORG", backend.config.org_id)
+        # the backend's database, unless JOBSD_DATABASE_URL names one (the same
+        # database as another role, say the daemon's own)
+        if not os.environ.get("JOBSD_DATABASE_URL"):
+            os.environ["JOBSD_DATABASE_URL"] = connection_string(backend.config.database)
+        os.environ["JOBSD_DEFAULT_ORG"] = backend.config.org_id
         argv = list(options["command"]) or ["--help"]
         if argv[0] == "run":
             argv.append(HANDLERS_MODULE)
@@ -58,8 +61,7 @@ def _jobsd_backend(alias: str | None) -> Any:
     from jobsd.contrib.django.tasksapi import PACKAGE
 
     handler: Any = __import__(PACKAGE, fromlist=["task_backends"]).task_backends
-    tasks = getattr(settings, "TASKS", {}) or {}
-    names = [name for name in tasks if _is_jobsd(tasks[name])]
+    names = list(jobsd_backends(getattr(settings, "TASKS", {}) or {}))
     if alias is not None:
         if alias not in names:
             raise CommandError(f"TASKS has no jobsd backend {alias!r} (jobsd backends: {names})")
@@ -71,13 +73,3 @@ def _jobsd_backend(alias: str | None) -> Any:
             f"ALIAS (found: {found})"
         )
     return handler[names[0]]
-
-
-def _is_jobsd(entry: Any) -> bool:
-    from django.utils.module_loading import import_string
-
-    try:
-        backend = import_string(entry.get("BACKEND", ""))
-    except ImportError:
-        return False
-    return isinstance(backend, type) and issubclass(backend, JobsdBackend)
