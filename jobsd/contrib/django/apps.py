@@ -26,16 +26,14 @@ class JobsdConfig(AppConfig):  # type: ignore[misc]
 def check_backends(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """``manage.py check``: each jobsd task backend of TASKS can be made (its options
     are known, its database is PostgreSQL)."""
-    from django.conf import settings
 
     from jobsd.contrib.django.options import jobsd_backends
-    from jobsd.contrib.django.tasksapi import PACKAGE
+    from jobsd.contrib.django.tasksapi import task_backends
 
-    handler: Any = __import__(PACKAGE, fromlist=["task_backends"]).task_backends
     errors = []
-    for alias in jobsd_backends(getattr(settings, "TASKS", {}) or {}):
+    for alias in jobsd_backends():
         try:
-            handler[alias]
+            task_backends[alias]
         except Exception as exc:
             errors.append(checks.Error(str(exc), obj=f"TASKS[{alias!r}]", id="jobsd.E001"))
     return errors

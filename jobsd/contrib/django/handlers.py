@@ -67,14 +67,11 @@ def _max_attempts(task: Any) -> int:
     except Exception:  # its backend is not in TASKS (any more)
         config = None
     if config is None:
-        from django.conf import settings
-
         from jobsd.contrib.django.options import jobsd_backends
-        from jobsd.contrib.django.tasksapi import PACKAGE
+        from jobsd.contrib.django.tasksapi import task_backends
 
-        handler_: Any = __import__(PACKAGE, fromlist=["task_backends"]).task_backends
-        aliases = sorted(jobsd_backends(getattr(settings, "TASKS", {}) or {}))
-        config = handler_[aliases[0]].config if aliases else None
+        aliases = sorted(jobsd_backends())
+        config = task_backends[aliases[0]].config if aliases else None
     return config.max_attempts if config is not None else 1
 
 

@@ -67,10 +67,15 @@ class BackendOptions:
         return cls(database, org_id, settings.max_payload_bytes, max_attempts)
 
 
-def jobsd_backends(tasks: dict[str, Any]) -> dict[str, str]:
-    """Return the aliases of ``TASKS`` whose backend is jobsd's, each with the
-    ``DATABASES`` alias it writes through (read without making the backend)."""
+def jobsd_backends(tasks: dict[str, Any] | None = None) -> dict[str, str]:
+    """Return the aliases of ``tasks`` (the ``TASKS`` setting by default) whose backend
+    is jobsd's, each with the ``DATABASES`` alias it writes through (read without
+    making the backend)."""
+    from django.conf import settings
     from django.utils.module_loading import import_string
+
+    if tasks is None:
+        tasks = getattr(settings, "TASKS", None) or {}
 
     from jobsd.contrib.django.backend import JobsdBackend
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from jobsd.contrib.django.options import jobsd_backends
@@ -17,7 +16,7 @@ def apply_schema(connection: Any, *, up_to: int) -> list[str]:
     """Apply jobsd's migrations up to ``up_to`` on Django's ``connection`` when a jobsd
     task backend writes to its database; return the names applied. A database no jobsd
     backend names is left alone; one that is not PostgreSQL is refused, named."""
-    databases = set(jobsd_backends(getattr(settings, "TASKS", {}) or {}).values())
+    databases = set(jobsd_backends().values())
     if connection.alias not in databases:
         return []
     if connection.vendor != "postgresql":

@@ -23,6 +23,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TaskResultStatus",
     "normalize_json",
+    "task_backends",
     "task_enqueued",
     "task_finished",
     "task_started",
@@ -53,6 +54,7 @@ _base: Any = import_module(f"{PACKAGE}.base")
 _backends: Any = import_module(f"{PACKAGE}.backends.base")
 _exceptions: Any = import_module(f"{PACKAGE}.exceptions")
 _signals: Any = import_module(f"{PACKAGE}.signals")
+_root: Any = import_module(PACKAGE)
 
 DEFAULT_TASK_QUEUE_NAME: str = _base.DEFAULT_TASK_QUEUE_NAME
 BaseTaskBackend: Any = _backends.BaseTaskBackend
@@ -66,6 +68,8 @@ InvalidTaskBackend: Any = (
     getattr(_exceptions, "InvalidTaskBackend", None) or _exceptions.InvalidTaskBackendError
 )
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
+task_backends: Any = _root.task_backends
+"""the backends of ``TASKS`` by alias, made on first use (per thread)"""
 task_enqueued: Any = _signals.task_enqueued
 task_started: Any = _signals.task_started
 task_finished: Any = _signals.task_finished

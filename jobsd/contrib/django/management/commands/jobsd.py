@@ -14,7 +14,6 @@ import os
 import sys
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from jobsd.contrib.django.connection import connection_string
@@ -58,18 +57,17 @@ class Command(BaseCommand):  # type: ignore[misc]
 
 def _jobsd_backend(alias: str | None) -> Any:
     """Return the jobsd backend named, or the only one of TASKS (CommandError)."""
-    from jobsd.contrib.django.tasksapi import PACKAGE
+    from jobsd.contrib.django.tasksapi import task_backends
 
-    handler: Any = __import__(PACKAGE, fromlist=["task_backends"]).task_backends
-    names = list(jobsd_backends(getattr(settings, "TASKS", {}) or {}))
+    names = list(jobsd_backends())
     if alias is not None:
         if alias not in names:
             raise CommandError(f"TASKS has no jobsd backend {alias!r} (jobsd backends: {names})")
-        return handler[alias]
+        return task_backends[alias]
     if len(names) != 1:
         found = "none" if not names else ", ".join(names)
         raise CommandError(
             "manage.py jobsd needs exactly one jobsd backend in TASKS, or --backend "
             f"ALIAS (found: {found})"
         )
-    return handler[names[0]]
+    return task_backends[names[0]]
