@@ -5,6 +5,8 @@ The daemon (``children.py``) writes one request per line on stdin (the handler a
 and answers on the original stdout, one JSON line per message: ``progress`` as the
 handler reports it, then ``result`` or ``error``. Whatever the handler prints goes to
 stderr, never into the protocol. The child dies with the daemon (``PR_SET_PDEATHSIG``).
+Given the daemon's log ``LEVEL FORMAT`` after its arguments, the child logs as the
+daemon does, to the same stderr, each line of a job tagged with it (``jobsd.logs``).
 
 Nothing a handler starts outlives its job: the child is the subreaper of its
 descendants (an orphaned tool stays below it), and before it answers it ends every
@@ -29,6 +31,7 @@ from typing import IO, Any
 from jobsd.context import JobContext, _Done
 from jobsd.errors import InvalidPayload
 from jobsd.jsonsafe import encode_object
+from jobsd.logs import job_fields, setup_logging
 from jobsd.processes import end_processes, members, set_child_subreaper, snapshot
 
 __all__ = ["context_message", "main", "resolve"]
@@ -135,7 +138,10 @@ def end_leftovers(grace_s: float) -> int:
 
 
 def _run(channel: _Channel, request: dict[str, Any], grace_s: float) -> None:
-    message = _outcome(channel, request)
+    raw = request["ctx"]
+    # the lines logged during the job carry it, as in the daemon; none after it
+    with job_fields(raw["id"], raw["type"], raw["attempt"], raw["queue"], raw["org_id"]):
+        message = _outcome(channel, request)
     left = end_leftovers(grace_s)
     if left:
         print(f"jobsd: ended {left} process(es) the handler left running", file=sys.stderr)
@@ -172,6 +178,8 @@ def main(argv: list[str]) -> None:
     """Serve requests until stdin closes."""
     die_with_parent(int(argv[0]))
     grace_s = float(argv[1]) if len(argv) > 1 else 2.0
+    if len(argv) > 3:  # the daemon's logging (jobsd.logs.installed): the same here
+        setup_logging(argv[2], argv[3])
     set_child_subreaper()
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints of handlers go to stderr, not into the protocol

@@ -6,6 +6,10 @@ its stdout, one JSON line each, at most ``max_line_bytes`` long. A child that di
 mid-job (segfault, ``os._exit``, OOM kill) fails that job alone, with the signal or
 exit code in the cause, and is not reused.
 
+A child writes to the daemon's stderr; it sets up jobsd's logging as the daemon did
+(``setup_logging``'s level and format), so a handler's lines look the same in either
+and carry their job.
+
 Each child leads a session of its own; the tools its handlers start belong to it. A
 run that is cancelled (timeout, stall, cancel request, shutdown, lost lease) ends the
 child's whole session and everything below the child: SIGTERM, then SIGKILL after
@@ -37,6 +41,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from jobsd.context import JobContext, ProgressTooLarge
+from jobsd.logs import installed as installed_logging
 from jobsd.processes import Reaper, end_processes, members, rss_bytes, snapshot
 from jobsd.worker.child import context_message
 
@@ -284,14 +289,18 @@ class ChildPool:
         env = dict(os.environ)
         # the child imports the handler's module: give it the daemon's import path
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        command = [
+            sys.executable,
+            "-m",
+            "jobsd.worker.child",
+            str(os.getpid()),
+            str(self.cfg.kill_grace_s),
+        ]
+        logging_setup = installed_logging()
+        if logging_setup is not None:  # the child logs as the daemon does
+            command += logging_setup
         process = await anyio.open_process(
-            [
-                sys.executable,
-                "-m",
-                "jobsd.worker.child",
-                str(os.getpid()),
-                str(self.cfg.kill_grace_s),
-            ],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,

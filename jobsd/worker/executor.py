@@ -29,6 +29,7 @@ from anyio.abc import TaskStatus
 
 from jobsd import tools
 from jobsd.context import JobContext
+from jobsd.logs import tag_job, untag_job
 from jobsd.models import Job, JobStatus
 from jobsd.registry import Registry
 from jobsd.tracing import job_span
@@ -313,40 +314,50 @@ class JobRunner:
             self.holdings.interrupt(held, RunStop.SHUTDOWN)
 
     async def _execute(self, held: Held) -> Outcome:
-        job = held.job
-        outcome: Outcome | None = None
+        # set in the run's own task: its lines carry its job, no other task's do
+        ctx = held.ctx
+        tag = tag_job(ctx.id, ctx.type, ctx.attempt, ctx.queue, ctx.org_id)
         try:
-            # a run may have lost its lease, or had a cancel request, before its task began
-            if held.stop not in (RunStop.CANCEL_REQUESTED, RunStop.LEASE_LOST, RunStop.SUPERSEDED):
-                with held.scope, job_span(job) as span:
-                    outcome = await run_handler(
-                        job,
-                        self.registry.get(job.type),
-                        held.ctx,
-                        self.cfg.limits,
-                        self.children,
-                        self._abandoned,
-                    )
-                    span.outcome(outcome.status, outcome.reason, outcome.error)
-        except anyio.get_cancelled_exc_class():
-            # cancelled from outside the run (``run_once``'s caller): write the job back,
-            # then let go
-            self._write_back(held)
-            raise
-        stop = held.stop
-        if outcome is None and stop in (RunStop.SHUTDOWN, RunStop.FENCED):
-            # the stop past its grace time (``cancel``), or the fence, cancelled the handler
-            return self._write_back(held)
-        if self.cfg.fault == "after_publish":
-            crash_at("after_publish", [str(job.id)])
-        took_s = self.holdings.release_slot(held)
-        self.stats.run_s.observe(self.stats.label(job.type), took_s)
-        if outcome is None and stop is RunStop.CANCEL_REQUESTED:
-            outcome = self._ended(job, End.CANCELLED)
-        if outcome is None:  # our scope was cancelled: the lease is gone
-            outcome = failure("lease lost", reason="lease lost")
-        self.submit(held, outcome)
-        return outcome
+            job = held.job
+            outcome: Outcome | None = None
+            try:
+                # a run may have lost its lease, or had a cancel request, before its task began
+                if held.stop not in (
+                    RunStop.CANCEL_REQUESTED,
+                    RunStop.LEASE_LOST,
+                    RunStop.SUPERSEDED,
+                ):
+                    with held.scope, job_span(job) as span:
+                        outcome = await run_handler(
+                            job,
+                            self.registry.get(job.type),
+                            held.ctx,
+                            self.cfg.limits,
+                            self.children,
+                            self._abandoned,
+                        )
+                        span.outcome(outcome.status, outcome.reason, outcome.error)
+            except anyio.get_cancelled_exc_class():
+                # cancelled from outside the run (``run_once``'s caller): write the job back,
+                # then let go
+                self._write_back(held)
+                raise
+            stop = held.stop
+            if outcome is None and stop in (RunStop.SHUTDOWN, RunStop.FENCED):
+                # the stop past its grace time (``cancel``), or the fence, cancelled the handler
+                return self._write_back(held)
+            if self.cfg.fault == "after_publish":
+                crash_at("after_publish", [str(job.id)])
+            took_s = self.holdings.release_slot(held)
+            self.stats.run_s.observe(self.stats.label(job.type), took_s)
+            if outcome is None and stop is RunStop.CANCEL_REQUESTED:
+                outcome = self._ended(job, End.CANCELLED)
+            if outcome is None:  # our scope was cancelled: the lease is gone
+                outcome = failure("lease lost", reason="lease lost")
+            self.submit(held, outcome)
+            return outcome
+        finally:
+            untag_job(tag)
 
     def _write_back(self, held: Held) -> Outcome:
         """Free the slot of a run the stop interrupted and submit what it becomes."""

@@ -13,6 +13,7 @@ A timeout counts as a ``TimeoutError`` for the policy.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 import time
@@ -345,10 +346,13 @@ async def _call(spec: HandlerSpec, ctx: JobContext, box: _ThreadBox) -> Any:
     token = anyio.lowlevel.current_token()
     result: list[Any] = []
     error: list[BaseException] = []
+    # a new thread starts with an empty context: the handler runs in a copy of the
+    # run's, so its log lines carry its job (jobsd.logs)
+    context = contextvars.copy_context()
 
     def target() -> None:
         try:
-            result.append(spec.func(ctx))
+            result.append(context.run(spec.func, ctx))
         except BaseException as exc:  # handed to the event loop, raised there
             error.append(exc)
         finally:
