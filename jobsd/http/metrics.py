@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -45,6 +45,7 @@ class JobsdCollector(Collector):
     def __init__(self, backend: ApiBackend) -> None:
         self.backend = backend
         self._depth: list[tuple[str, str, int]] | None = None
+        self._ages: list[api.QueueAge] | None = None
         self._notify_usage: float | None = None
         self._ticks: list[tuple[str, dict[str, int]]] | None = None
         self._running: dict[str, Any] | None = None
@@ -53,6 +54,7 @@ class JobsdCollector(Collector):
         """Read queue depth from the database (call before generating the exposition)."""
         backend = self.backend
         self._depth = None
+        self._ages = None
         self._notify_usage = None
         self._ticks = None
         self._running = None
@@ -68,6 +70,17 @@ class JobsdCollector(Collector):
         except (BackendUnavailable, DatabaseError) as exc:
             log.warning("metrics.depth_unavailable", extra={"error": str(exc)})
             return
+        try:
+            self._ages = await backend.probes.get(
+                "oldest queued age",
+                lambda: backend.probe_read(
+                    "oldest queued age",
+                    api.queue_oldest_age,
+                    timeout_s=backend.http.ready_timeout,
+                ),
+            )
+        except (BackendUnavailable, DatabaseError) as exc:
+            log.warning("metrics.oldest_age_unavailable", extra={"error": str(exc)})
         try:
             self._notify_usage = await backend.probes.get(
                 "notify queue usage",
@@ -102,12 +115,14 @@ class JobsdCollector(Collector):
         if self._depth is not None:
             depth = GaugeMetricFamily(
                 "jobsd_queue_depth",
-                "Jobs queued, scheduled or running, by queue and state.",
+                "Jobs queued, scheduled, running or recovery_required, by queue and state.",
                 labels=["queue", "status"],
             )
             for queue, status, count in self._depth:
                 depth.add_metric([queue, status], count)
             yield depth
+        if self._ages is not None:
+            yield from _ages(self._ages)
         if self._notify_usage is not None:
             yield GaugeMetricFamily(
                 "jobsd_notification_queue_usage",
@@ -182,6 +197,16 @@ class JobsdCollector(Collector):
         for (type_, status), count in sorted(stats.finished.items()):
             finished.add_metric([type_, status], count)
         yield finished
+        errors = CounterMetricFamily(
+            "jobsd_job_errors",
+            "Runs of this daemon that ended in an error (retried or not), by type and cause.",
+            labels=["type", "cause"],
+        )
+        # as run_s below: read where the daemon's stats have it (DaemonStats.errors)
+        by_cause: Mapping[tuple[str, str], int] = getattr(stats, "errors", None) or {}
+        for (type_, cause), count in sorted(by_cause.items()):
+            errors.add_metric([type_, cause], count)
+        yield errors
         yield CounterMetricFamily(
             "jobsd_outcomes_discarded",
             "Outcomes not written because the lease was lost.",
@@ -245,6 +270,25 @@ class JobsdCollector(Collector):
         run_s = getattr(stats, "run_s", None)
         if isinstance(run_s, RunTimesView):
             yield _histogram(run_s)
+
+
+def _ages(ages: Sequence[api.QueueAge]) -> Iterable[Metric]:
+    oldest = GaugeMetricFamily(
+        "jobsd_queue_oldest_age_seconds",
+        "How long the oldest due job of each queue has waited to start (0: none waits), "
+        "every org's, among the queue's next 1,000 in claim order.",
+        labels=["queue"],
+    )
+    paused = GaugeMetricFamily(
+        "jobsd_queue_paused",
+        "1 if the queue is paused (its jobs wait on purpose).",
+        labels=["queue"],
+    )
+    for age in ages:
+        oldest.add_metric([age.queue], age.age_s)
+        paused.add_metric([age.queue], int(age.paused))
+    yield oldest
+    yield paused
 
 
 def _histogram(run_s: RunTimesView) -> Metric:

@@ -25,11 +25,13 @@ from jobsd.store.named import Row, run_named, sql_text
 
 __all__ = [
     "Cursor",
+    "QueueAge",
     "done_notify_key",
     "done_payload",
     "health_row",
     "ping",
     "queue_depth",
+    "queue_oldest_age",
     "role_bypass",
     "run_for_org",
     "unhandled_jobs",
@@ -100,19 +102,48 @@ class Cursor:
     id: uuid.UUID
 
 
-async def _bounded(conn: AsyncConn, operation: str, name: str, timeout_s: float) -> list[Row]:
+async def _bounded(
+    conn: AsyncConn,
+    operation: str,
+    name: str,
+    timeout_s: float,
+    params: dict[str, Any] | None = None,
+) -> list[Row]:
     """Run statement ``name`` under a statement timeout; its errors name ``operation``."""
     with db_errors(operation):
         async with conn.transaction():
             timeout_ms = str(max(int(timeout_s * 1000), 1))
             await run_named(conn, "api_set_statement_timeout", {"timeout_ms": timeout_ms})
-            return await run_named(conn, name, {})
+            return await run_named(conn, name, params or {})
 
 
 async def queue_depth(conn: AsyncConn, *, timeout_s: float) -> list[tuple[str, str, int]]:
-    """Count queued, scheduled and running jobs by queue (zeros included)."""
+    """Count queued, scheduled, running and recovery_required jobs by queue (zeros
+    included)."""
     rows = await _bounded(conn, "queue depth", "api_jobs_depth", timeout_s)
     return [(r["queue"], r["status"], int(r["jobs"])) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAge:
+    """How long a queue's oldest due job not yet started has waited."""
+
+    queue: str
+    paused: bool
+    """its jobs wait on purpose (``jobsd queue pause``)"""
+    age_s: float
+    """seconds since it became due; 0 when the queue has no such job"""
+
+
+async def queue_oldest_age(
+    conn: AsyncConn, *, timeout_s: float, now: datetime | None = None
+) -> list[QueueAge]:
+    """Return each declared queue's oldest wait, every org's (``now`` None: the
+    database's clock)."""
+    rows = await _bounded(
+        conn, "oldest queued age", "api_queue_oldest_age", timeout_s, {"now": now}
+    )
+    return [QueueAge(r["queue"], bool(r["paused"]), max(float(r["age_s"]), 0.0)) for r in rows]
 
 
 async def health_row(conn: AsyncConn, *, timeout_s: float) -> Row:

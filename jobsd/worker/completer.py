@@ -229,6 +229,7 @@ class Completer:
                 discarded.append(job_id)
                 continue
             self.stats.finished[(self.stats.label(job.type), str(job.status))] += 1
+            self.stats.count_error(job.type, result.outcome)
             if log.isEnabledFor(logging.INFO):  # the record's fields cost even when dropped
                 log.info(
                     "job.finished",

@@ -7,7 +7,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_TYPE_LABELS", "OTHER_TYPE", "RUN_BUCKETS_S", "DaemonStats", "RunTimes"]
+from jobsd.worker.outcome import Outcome
+
+__all__ = [
+    "ERROR_CAUSES",
+    "MAX_TYPE_LABELS",
+    "OTHER_CAUSE",
+    "OTHER_TYPE",
+    "RUN_BUCKETS_S",
+    "DaemonStats",
+    "RunTimes",
+    "error_cause",
+]
 
 # Job types are chosen by tenants: only registered ones become metric labels, and at
 # most MAX_TYPE_LABELS of them; every other type is counted under OTHER_TYPE.
@@ -16,6 +27,49 @@ MAX_TYPE_LABELS = 200
 
 # upper bounds of the run-time histogram, in seconds
 RUN_BUCKETS_S = (0.005, 0.025, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+# The causes an attempt's error is counted under (``jobsd_job_errors``): the reasons
+# jobsd writes with a failed run. A reason outside them is counted as OTHER_CAUSE, so
+# the label stays a short, fixed set.
+ERROR_CAUSES = frozenset(
+    {
+        "handler error",
+        "timeout",
+        "stalled",
+        "handler crashed",
+        "memory limit",
+        "unknown type",
+        "progress too large",
+        "report too large",
+        "invalid report",
+        "shutdown",
+        "fenced",
+    }
+)
+OTHER_CAUSE = "other"
+
+
+def error_cause(outcome: Outcome) -> str | None:
+    """Return the cause a run that ended in ``outcome`` is counted under, or None when
+    it did not end in an error (it succeeded, was cancelled on request, or was put back in its
+    queue unharmed by a stop).
+
+    A retry is written with reason ``retry``: its cause is the handler's error, unless
+    the run hit its timeout or stalled (the message then says which, ``invoke.py``).
+    """
+    status, reason, error = outcome.status, outcome.reason, outcome.error
+    if status in ("succeeded", "cancelled") or reason == "cancel requested":
+        return None
+    if status == "queued" and error is None:  # a stop gave it back, attempts left
+        return None
+    if reason == "retry":
+        if error is not None and error.startswith("timeout after "):
+            return "timeout"
+        if error is not None and error.startswith("stalled: "):
+            return "stalled"
+        return "handler error"
+    return reason if reason in ERROR_CAUSES else OTHER_CAUSE
 
 
 @dataclass(slots=True)
@@ -45,6 +99,8 @@ class DaemonStats:
     """jobs claimed, by type"""
     finished: Counter[tuple[str, str]] = field(default_factory=Counter)
     """outcomes written, by (type, status)"""
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """runs that ended in an error, retried or not, by (type, cause): ``error_cause``"""
     discarded: int = 0
     """outcomes not written because the lease was lost"""
     given_back: int = 0
@@ -70,6 +126,12 @@ class DaemonStats:
     """Says whether a type is registered (truthy); None: every type is."""
     max_types: int = MAX_TYPE_LABELS
     _labels: set[str] = field(default_factory=set)
+
+    def count_error(self, type: str, outcome: Outcome) -> None:
+        """Count a written outcome in ``errors`` if its run ended in an error."""
+        cause = error_cause(outcome)
+        if cause is not None:
+            self.errors[(self.label(type), cause)] += 1
 
     def label(self, type: str) -> str:
         """Return the metric label of ``type``: itself if registered and under the cap."""

@@ -80,10 +80,17 @@ WHERE id = %(id)s AND org_id = %(org_id)s AND status IN ('queued', 'scheduled', 
 RETURNING *;
 
 -- name: api_jobs_depth
--- Queue depth by declared queue and state, zeros included, for /metrics: every
--- org's jobs, through the SECURITY DEFINER function of migration 0007 (the API's
--- role may see one org only).
-SELECT queue, status, jobs FROM jobsd.queue_depth();
+-- Queue depth by declared queue and state (queued, scheduled, running,
+-- recovery_required), zeros included, for /metrics: every org's jobs, through the
+-- SECURITY DEFINER function of migration 0030 (the API's role may see one org only).
+SELECT queue, status, jobs FROM jobsd.queue_depth_v2();
+
+-- name: api_queue_oldest_age
+-- Per declared queue, how long its oldest due job not yet started has been due (0:
+-- none), and whether the queue is paused, for /metrics: every org's jobs, among each
+-- queue's next 1,000 in claim order (SECURITY DEFINER, migration 0030). "now" null:
+-- the database's clock.
+SELECT queue, paused, age_s FROM jobsd.queue_oldest_age(%(now)s::timestamptz);
 
 -- name: api_health_report
 -- What makes a queue table sick before it shows: pickup lag (the longest wait

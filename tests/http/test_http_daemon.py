@@ -146,7 +146,7 @@ async def test_queue_depth_counts_queued_scheduled_running(db_url: str, token_a:
         for (name, labels), v in now.items()
         if name == "jobsd_queue_depth"
     }
-    assert depth == {"queued": 2, "scheduled": 1, "running": 0}
+    assert depth == {"queued": 2, "scheduled": 1, "running": 0, "recovery_required": 0}
     # no daemon attached: no daemon series
     assert not any(name.startswith("jobsd_jobs_claimed") for name, _ in now)
 
