@@ -5,8 +5,9 @@ The daemon (``children.py``) writes one request per line on stdin (the handler a
 and answers on the original stdout, one JSON line per message: ``progress`` as the
 handler reports it, then ``result`` or ``error``. Whatever the handler prints goes to
 stderr, never into the protocol. The child dies with the daemon (``PR_SET_PDEATHSIG``).
-Given the daemon's log ``LEVEL FORMAT`` after its arguments, the child logs as the
-daemon does, to the same stderr, each line of a job tagged with it (``jobsd.logs``).
+When the daemon set up jobsd's logging, it adds its ``LEVEL FORMAT`` to the arguments:
+the child then logs the same way, to the same stderr. Each line logged during a job
+carries the job's fields (``jobsd.logs``).
 
 Nothing a handler starts outlives its job: the child is the subreaper of its
 descendants (an orphaned tool stays below it), and before it answers it ends every

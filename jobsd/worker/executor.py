@@ -13,6 +13,9 @@ a handler never takes the daemon down with it. A handler exception fails the job
 once with a structured cause: the short message in ``error`` (at most 2 KiB), the
 type, full message and traceback in ``report``, unless the type's retry policy matches
 it and attempts remain (then ``scheduled``, reason ``retry``).
+
+Each run's task is tagged with its job (``jobsd.logs.tag_job``) from its start to its
+end: every line logged in the run, the handler's own included, carries the job.
 """
 
 from __future__ import annotations
