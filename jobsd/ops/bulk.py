@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
 from jobsd.models import JobStatus
@@ -170,6 +170,18 @@ def _text(name: str, value: str | None) -> str | None:
     return value
 
 
+def _utc(name: str, moment: datetime | None) -> datetime | None:
+    """Return ``moment`` in UTC (the database takes offsets up to 15:59 only)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        raise ValueError(f"{name} must carry a time zone (e.g. 2030-01-01T00:00:00Z)")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00+01:00: before the year 1 in UTC
+        raise ValueError(f"{name} is out of range: {moment.isoformat()}") from None
+
+
 def check_options(action: BulkAction, **options: Unpack[BulkOptions]) -> tuple[dict[str, Any], int]:
     """Check a bulk call's options; return its filter (JSON values) and its limit.
 
@@ -195,9 +207,7 @@ def check_options(action: BulkAction, **options: Unpack[BulkOptions]) -> tuple[d
             applies = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
             raise ValueError(f"a bulk {action} applies to {applies} jobs, not {status} ones")
     since, until = options.get("since"), options.get("until")
-    for name, moment in (("since", since), ("until", until)):
-        if moment is not None and moment.tzinfo is None:
-            raise ValueError(f"{name} must carry a time zone (e.g. 2030-01-01T00:00:00Z)")
+    since, until = _utc("since", since), _utc("until", until)
     if since is not None and until is not None and until <= since:
         raise ValueError(f"until ({until.isoformat()}) must be after since ({since.isoformat()})")
     wanted = {
