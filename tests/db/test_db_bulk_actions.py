@@ -376,3 +376,23 @@ def test_the_sync_twins(conn: psycopg.Connection[Any]) -> None:
         assert cancel_many_sync(sync, OP, type="q").done == 1
     assert set(retries_of(conn, failed)) == set(failed)
     assert scalar(conn, "SELECT status FROM jobsd.jobs WHERE id = %s", queued) == "cancelled"
+
+
+async def test_the_clients_bulk_methods(conn: psycopg.Connection[Any], db_url: str) -> None:
+    from jobsd import Client, SyncClient
+
+    failed = make_jobs(conn, 2, status="failed", org_id="acme", claim=CLAIM)
+    make_job(conn, status="failed", org_id="globex", claim=CLAIM)
+    stuck = make_job(conn, status="recovery_required", org_id="acme", claim=CLAIM)
+    async with Client(db_url) as client:
+        out = await client.retry_many(org_id="acme", limit=10)
+        assert (out.done, out.remaining) == (2, 0)
+        assert (await client.cancel_many(org_id="acme", dry_run=True)).matched == 2
+    with SyncClient(db_url) as sync:
+        assert sync.cancel_many(org_id="acme").done == 2
+        assert sync.resolve_many("requeue", org_id="acme").done == 1
+        assert sync.retry_many(dry_run=True).matched == 1  # globex's, as an operator
+    assert set(retries_of(conn, failed)) == set(failed)
+    assert scalar(conn, "SELECT status FROM jobsd.jobs WHERE id = %s", stuck) == "queued"
+    actor = scalar(conn, "SELECT actor FROM jobsd.bulk_actions WHERE id = %s", out.id)
+    assert actor == "client"
