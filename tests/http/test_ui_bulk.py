@@ -47,7 +47,9 @@ async def test_an_operator_retries_every_failed_job_of_the_list(db_url: str) -> 
         async with running_api(settings_for(db_url)) as api:
             csrf = await login(api.client, admin_token(db_url))
             # no state, or one no action applies to: nothing offered
-            for query in ("", "?status=succeeded&type=mail"):
+            # nor for a filter no action can take (an unknown queue, an empty time range)
+            empty = "?status=failed&since=2030-01-02T00:00&until=2030-01-01T00:00"
+            for query in ("", "?status=succeeded&type=mail", "?status=failed&queue=nope", empty):
                 page = await api.client.get(f"/ui/jobs{query}")
                 assert page.status_code == 200 and offer(page.text) is None
             page = await api.client.get("/ui/jobs?status=failed&type=mail&queue=")

@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from jobsd.errors import DatabaseError
 from jobsd.http.bulk_routes import take_submissions
 from jobsd.http.schemas import check_job_filters
 from jobsd.http.ui.views import JobFilter
@@ -133,10 +134,14 @@ async def bulk_offer(
         return None
     caller = viewer.caller
     run = _run(action, {"outcome": "succeeded"})  # how a resolve settles does not count
-    counted = await ui.backend.read(
-        f"count of the jobs of a bulk {action}",
-        lambda conn: run(conn, caller, _options(filters, dry_run=True)),
-    )
+    try:  # on the primary, which acts: a page read on the replica shows no offer without it
+        counted = await ui.backend.read(
+            f"count of the jobs of a bulk {action}",
+            lambda conn: run(conn, caller, _options(filters, dry_run=True)),
+        )
+    except (DatabaseError, ValueError) as exc:
+        log.warning("ui.bulk_offer_unavailable", extra={"action": str(action), "error": str(exc)})
+        return None
     if counted.matched == 0:
         return None
     fields = {k: query[k] for k in FIELDS if query.get(k)}
