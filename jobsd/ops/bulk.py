@@ -206,8 +206,7 @@ def check_options(action: BulkAction, **options: Unpack[BulkOptions]) -> tuple[d
             names = [str(s) for s in states]
             applies = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
             raise ValueError(f"a bulk {action} applies to {applies} jobs, not {status} ones")
-    since, until = options.get("since"), options.get("until")
-    since, until = _utc("since", since), _utc("until", until)
+    since, until = _utc("since", options.get("since")), _utc("until", options.get("until"))
     if since is not None and until is not None and until <= since:
         raise ValueError(f"until ({until.isoformat()}) must be after since ({since.isoformat()})")
     wanted = {
