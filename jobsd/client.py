@@ -33,6 +33,8 @@ from jobsd.errors import ConfigError, JobsdError
 from jobsd.jobspec import EnqueueOptions, JobSpec
 from jobsd.models import Job, JobEvent, QueueInfo
 from jobsd.ops import Caller, cancel, get, listing, queues, resolve, retry, wait
+from jobsd.ops import bulk as bulk_ops
+from jobsd.ops.bulk import BulkOptions, BulkOutcome
 from jobsd.ops.cancel import CancelOutcome
 from jobsd.ops.listing import Cursor, JobPage, ListOptions
 from jobsd.ops.resolve import Resolution
@@ -404,6 +406,54 @@ class Client:
         """
         return await self._run(f"drop of queue {name!r}", lambda conn: drop_queue(conn, name))
 
+    # Bulk actions: every job of a filter in one call (jobsd.ops.bulk, as `jobsd jobs
+    # retry|cancel|resolve` and POST /jobs/retry|cancel|resolve). ``options`` filter as
+    # ``list`` does (status, type, queue, org_id, since, until; ``org_id`` limits the
+    # call to that org's jobs), plus ``limit`` (1..10000; 1000) and ``dry_run``.
+
+    async def retry_many(
+        self, *, force: bool = False, actor: str = _ACTOR, **options: Unpack[BulkOptions]
+    ) -> BulkOutcome:
+        """Retry the failed (or ``status="cancelled"``) jobs of the filter that have no
+        retry yet, oldest first, at most ``limit``, each as a new job admitted like an
+        enqueue; a full queue or an org's quota refuses some (``refused``), the rest go
+        on. Again continues with the jobs still matching (``remaining``). ``force``
+        retries ``at_most_once`` types too. Raises ValueError for a bad option or an
+        unknown queue."""
+        caller = _caller(options.get("org_id"), actor)
+        return await self._run(
+            "bulk retry of jobs",
+            lambda conn: bulk_ops.retry_many(conn, caller, force=force, **options),
+        )
+
+    async def cancel_many(
+        self,
+        *,
+        reason: str = "cancelled by client (bulk)",
+        actor: str = _ACTOR,
+        **options: Unpack[BulkOptions],
+    ) -> BulkOutcome:
+        """Cancel the open jobs of the filter (queued, scheduled, blocked, running; or
+        ``status``), oldest first, at most ``limit``: at once, or by a cancel request
+        for a running job (``requested``). Raises ValueError for a bad option."""
+        caller = _caller(options.get("org_id"), actor)
+        return await self._run(
+            "bulk cancel of jobs",
+            lambda conn: bulk_ops.cancel_many(conn, caller, reason=reason, **options),
+        )
+
+    async def resolve_many(
+        self, how: Resolution | str, *, actor: str = _ACTOR, **options: Unpack[BulkOptions]
+    ) -> BulkOutcome:
+        """Settle the ``recovery_required`` jobs of the filter as ``how`` says
+        (``succeeded``, ``failed``, ``requeue``), oldest first, at most ``limit``.
+        Raises ValueError for a bad ``how`` or option."""
+        caller = _caller(options.get("org_id"), actor)
+        return await self._run(
+            "bulk resolve of jobs",
+            lambda conn: bulk_ops.resolve_many(conn, caller, how, **options),
+        )
+
 
 class SyncClient:
     """Enqueue and read jobs from synchronous code (scripts, WSGI apps, threads).
@@ -552,6 +602,40 @@ class SyncClient:
             lambda conn: retry.retry_job_sync(conn, caller, key, force=force),
         )
         return retried.job
+
+    def retry_many(
+        self, *, force: bool = False, actor: str = _ACTOR, **options: Unpack[BulkOptions]
+    ) -> BulkOutcome:
+        """Retry the failed jobs of the filter; see ``Client.retry_many``."""
+        caller = _caller(options.get("org_id"), actor)
+        return self._run(
+            "bulk retry of jobs",
+            lambda conn: bulk_ops.retry_many_sync(conn, caller, force=force, **options),
+        )
+
+    def cancel_many(
+        self,
+        *,
+        reason: str = "cancelled by client (bulk)",
+        actor: str = _ACTOR,
+        **options: Unpack[BulkOptions],
+    ) -> BulkOutcome:
+        """Cancel the open jobs of the filter; see ``Client.cancel_many``."""
+        caller = _caller(options.get("org_id"), actor)
+        return self._run(
+            "bulk cancel of jobs",
+            lambda conn: bulk_ops.cancel_many_sync(conn, caller, reason=reason, **options),
+        )
+
+    def resolve_many(
+        self, how: Resolution | str, *, actor: str = _ACTOR, **options: Unpack[BulkOptions]
+    ) -> BulkOutcome:
+        """Settle the recovery_required jobs of the filter; see ``Client.resolve_many``."""
+        caller = _caller(options.get("org_id"), actor)
+        return self._run(
+            "bulk resolve of jobs",
+            lambda conn: bulk_ops.resolve_many_sync(conn, caller, how, **options),
+        )
 
 
 # The open pools of sync clients, held here: a client dropped without close() keeps

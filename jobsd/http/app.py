@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from jobsd.http.auth import bearer_admin, bearer_caller, caller_of_org
 from jobsd.http.backend import ApiBackend
 from jobsd.http.bodylimit import BodyLimitMiddleware
+from jobsd.http.bulk_routes import bulk_router
 from jobsd.http.health import health_router
 from jobsd.http.metrics import RequestMetrics, metrics_router, request_counter
 from jobsd.http.probes import ProbeGuard
@@ -80,6 +81,7 @@ def create_app(
     app.include_router(
         jobs_router(backend, bearer_caller(backend), with_lifespan=False), responses=responses(401)
     )
+    app.include_router(bulk_router(backend, bearer_caller(backend)), responses=responses(401))
     app.include_router(queues_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(schedules_router(backend, bearer_admin(backend)), responses=responses(401))
     app.include_router(health_router(backend))
@@ -108,4 +110,6 @@ def router(
     ``max_body_size``, or ``jobsd.http.BodyLimitMiddleware``).
     """
     backend = ApiBackend(settings, http)
-    return jobs_router(backend, caller_of_org(org_dependency), with_lifespan=True)
+    jobs = jobs_router(backend, caller_of_org(org_dependency), with_lifespan=True)
+    jobs.include_router(bulk_router(backend, caller_of_org(org_dependency)))
+    return jobs

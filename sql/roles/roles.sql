@@ -162,6 +162,20 @@ BEGIN
   END IF;
 END
 $$;
+-- the bulk actions (migration 0031; SECURITY DEFINER, org-scoped inside): who may
+-- retry, cancel or resolve one job may do it to every job of a filter
+DO $$
+BEGIN
+  IF to_regprocedure('jobsd.bulk_retry(text, text, jsonb, integer, boolean, boolean)')
+     IS NOT NULL THEN
+    GRANT EXECUTE ON FUNCTION
+      jobsd.bulk_retry(text, text, jsonb, integer, boolean, boolean),
+      jobsd.bulk_cancel(text, text, jsonb, integer, text, boolean),
+      jobsd.bulk_resolve(text, text, jsonb, integer, text, text, text, boolean)
+      TO {enqueue}, {api};
+  END IF;
+END
+$$;
 GRANT EXECUTE ON FUNCTION jobsd.queue_info(text) TO {read};
 -- the schedules with their last tick's job, every org's (GET /schedules, /metrics)
 GRANT EXECUTE ON FUNCTION jobsd.schedule_info(text) TO {admin}, {read};

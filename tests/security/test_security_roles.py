@@ -146,11 +146,13 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
     }
     # an enqueue that gives an id asks whether an archived job holds it (0027)
     archived_id = {"archived_job_org"}
+    # who may retry one job may act on every job of a filter (0031)
+    retries = {"job_retry", "bulk_retry", "bulk_cancel", "bulk_resolve"}
     assert (
         _routines(url, names.api)
-        == administration | {"schedule_info", "job_retry"} | api_reads | archived_id
+        == administration | {"schedule_info"} | retries | api_reads | archived_id
     )
-    assert _routines(url, names.enqueue) == api_reads | {"job_retry"} | archived_id
+    assert _routines(url, names.enqueue) == api_reads | retries | archived_id
     listing = {"queue_info", "unhandled_jobs", "schedule_info"}
     assert _routines(url, names.read) == listing | api_reads
     # the daemons move ended jobs into the archive and make its months (0027)

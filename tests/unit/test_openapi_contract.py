@@ -65,3 +65,11 @@ def test_every_queue_answer_is_declared() -> None:
         # dropping is the owner's, on the command line: the API always answers 403
         ("DELETE", "/queues/{name}"): {"200", "401", "403", "422", "503"},
     }
+
+
+def test_every_bulk_answer_is_declared() -> None:
+    declared = _declared()
+    # a bulk retry submits jobs: the submission rate may answer 429
+    assert declared[("POST", "/jobs/retry")] == {"200", "401", "422", "429", "503"}
+    assert declared[("POST", "/jobs/cancel")] == {"200", "401", "422", "503"}
+    assert declared[("POST", "/jobs/resolve")] == {"200", "401", "422", "503"}

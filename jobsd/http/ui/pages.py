@@ -27,6 +27,7 @@ from jobsd.http.routes import decode_cursor, encode_cursor, lag_header
 from jobsd.http.schemas import check_job_filters
 from jobsd.http.ui import views
 from jobsd.http.ui.actions import add_actions
+from jobsd.http.ui.bulk import add_bulk, bulk_offer
 from jobsd.http.ui.web import Ui, Viewer, add_login_routes, headers, job_id_of
 from jobsd.models import JobView
 from jobsd.ops import Act, may
@@ -135,6 +136,7 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             filters={k: q.get(k, "") for k in ("status", "type", "queue", "org", "since", "until")},
             next_url=next_url,
             progress_of=views.progress_of,
+            bulk=await bulk_offer(ui, viewer, filters, dict(q)),
         )
 
     router.add_api_route("/jobs", ui.page(jobs_list), methods=["GET"])
@@ -190,4 +192,5 @@ def ui_router(backend: ApiBackend) -> APIRouter:
 
     router.add_api_route("/jobs/{job_id}/live", ui.page(job_json), methods=["GET"])
     add_actions(router, ui)
+    add_bulk(router, ui)
     return router
