@@ -86,9 +86,10 @@ async def test_a_million_ended_jobs_move_online_and_nothing_is_lost(
         assert before[0] == BACKLOG and before[2] == 3 * BACKLOG
 
         started = time.monotonic()
-        assert migrate_sync(empty_db_url) == ["0027_archive"]
+        applied = migrate_sync(empty_db_url)
         migration_s = time.monotonic() - started
-        # the migration touches no job: it takes no time whatever the table holds
+        assert applied[0] == "0027_archive", applied
+        # the migrations touch no job: they take no time whatever the table holds
         assert migration_s < 10, migration_s
         assert fingerprint(conn, "all_jobs", "all_job_events") == before
 
