@@ -43,13 +43,13 @@ def failure(
     ``cause``: why the attempt ended, when ``reason`` will say something else (the
     reason of a retry is ``retry``); ``reason`` by default.
     """
-    cause_of: dict[str, Any] = {"message": error, **(detail or {})}
-    report = encode_object({"error": cause_of}, what="failure report", max_bytes=None)
+    reported: dict[str, Any] = {"message": error, **(detail or {})}
+    report = encode_object({"error": reported}, what="failure report", max_bytes=None)
     record = error_record(
         error,
         cause=cause or reason,
-        type=_text(cause_of.get("type")),
-        traceback=_text(cause_of.get("traceback")),
+        type=_text(reported.get("type")),
+        traceback=_text(reported.get("traceback")),
     )
     return Outcome(
         status="failed", report_json=report, error=cap_error(error), reason=reason, record=record
