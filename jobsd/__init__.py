@@ -37,7 +37,7 @@ from jobsd.errors import (
     UnknownQueue,
 )
 from jobsd.jobspec import EnqueueOptions
-from jobsd.models import Job, JobEvent, JobStatus
+from jobsd.models import ErrorRecord, Job, JobEvent, JobStatus
 from jobsd.periodic import periodic
 from jobsd.recovery import Recovery
 from jobsd.registry import handler
@@ -52,6 +52,7 @@ __all__ = [
     "BackendUnavailable",
     "Client",
     "ConfigError",
+    "ErrorRecord",
     "Job",
     "JobContext",
     "JobEvent",

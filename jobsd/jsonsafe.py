@@ -32,12 +32,17 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
 
 __all__ = [
+    "ERROR_LABEL_MAX_BYTES",
     "ERROR_MAX_BYTES",
+    "ERROR_RECORDS_KEPT",
     "MAX_JSON_DEPTH",
+    "TRACEBACK_MAX_BYTES",
     "cap_error",
+    "cap_traceback",
     "check_depth",
     "dump_model",
     "encode_object",
+    "error_record",
     "storable_json",
     "storable_text",
 ]
@@ -217,6 +222,68 @@ def cap_error(text: str, *, mark: bool = True) -> str:
         return clean
     marker = _TRUNCATED if mark else ""
     return data[: ERROR_MAX_BYTES - len(marker)].decode("utf-8", "ignore") + marker
+
+
+# An attempt's error record (jobsd.jobs.errors, migration 0028): its message has the
+# error column's cap, its traceback keeps its end, its type and cause are short; the
+# records of the last ERROR_RECORDS_KEPT attempts are kept. The caps of records live
+# here, and only here: the daemon applies them, the SQL that stores records is told
+# how many to keep. (jobs_errors_size bounds the column far above these.)
+ERROR_RECORDS_KEPT = 10
+TRACEBACK_MAX_BYTES = 16384
+ERROR_LABEL_MAX_BYTES = 512
+"""the cap of a record's ``type`` and ``cause``"""
+_TRACEBACK_CUT = "[traceback cut: its first {cut} bytes are not kept]\n"
+# a cut traceback starts at a line's start when one begins this close to the cut
+_LINE_START_WITHIN = 1024
+
+
+def _cap_bytes(text: str, max_bytes: int) -> str:
+    """Return storable ``text`` cut to at most ``max_bytes`` of UTF-8, on a character
+    boundary."""
+    clean = storable_text(text)
+    data = clean.encode("utf-8")
+    if len(data) <= max_bytes:
+        return clean
+    return data[:max_bytes].decode("utf-8", "ignore")
+
+
+def cap_traceback(text: str) -> str:
+    """Make a traceback fit a record: storable characters, at most 16 KiB of UTF-8.
+
+    A longer one keeps its end (where the exception and the innermost frames are),
+    from the start of a line when one is near, after a first line saying how many
+    bytes were cut: ``[traceback cut: its first 83712 bytes are not kept]``.
+    """
+    clean = storable_text(text)
+    data = clean.encode("utf-8")
+    if len(data) <= TRACEBACK_MAX_BYTES:
+        return clean
+    # the header's room with the most digits the count can have (it is < len(data))
+    room = TRACEBACK_MAX_BYTES - len(_TRACEBACK_CUT.format(cut=len(data)).encode("utf-8"))
+    kept = data[len(data) - room :].decode("utf-8", "ignore")
+    line = kept.find("\n", 0, _LINE_START_WITHIN)
+    if line >= 0:
+        kept = kept[line + 1 :]
+    cut = len(data) - len(kept.encode("utf-8"))
+    return _TRACEBACK_CUT.format(cut=cut) + kept
+
+
+def error_record(
+    message: str, *, cause: str, type: str | None = None, traceback: str | None = None
+) -> dict[str, Any]:
+    """Return an attempt's error record as the daemon writes it, every text storable
+    and within its cap; the database adds ``attempt`` and ``at``.
+
+    ``cause`` is why the attempt ended (``handler error``, ``timeout``, ``worker
+    lost``...); ``type`` the exception's ``module.Qualname``, if one was raised.
+    """
+    return {
+        "type": _cap_bytes(type, ERROR_LABEL_MAX_BYTES) if type is not None else None,
+        "message": cap_error(message),
+        "traceback": cap_traceback(traceback) if traceback is not None else None,
+        "cause": _cap_bytes(cause, ERROR_LABEL_MAX_BYTES),
+    }
 
 
 def storable_json(value: Any) -> str:

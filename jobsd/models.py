@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -16,13 +16,16 @@ __all__ = [
     "STATUS_BY_VALUE",
     "TERMINAL_STATES",
     "TRANSITIONS",
+    "ErrorRecord",
     "Job",
     "JobEvent",
     "JobStatus",
     "JobView",
     "QueueInfo",
+    "error_records",
     "last_progress_at",
     "silence_s",
+    "split_traceback",
 ]
 
 
@@ -103,6 +106,74 @@ _JOB_COLUMNS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorRecord:
+    """One attempt of a job that ended in an error: an element of ``Job.errors``.
+
+    Written by the daemon with the attempt's outcome, in the same statement (migration
+    0028); the last ten such attempts are kept. Texts are capped: ``message`` at 2 KiB
+    (as ``Job.error``), ``traceback`` at 16 KiB, keeping its end after a first line
+    that says how many bytes were cut.
+    """
+
+    attempt: int
+    """the attempt that ended (``Job.attempts`` then)"""
+    at: datetime
+    """when its end was written, on the database's clock"""
+    type: str | None
+    """the exception's class, ``module.Qualname``; None when none was raised (a
+    timeout, a stall, a crashed handler process, a lost worker)"""
+    message: str
+    traceback: str | None
+    cause: str
+    """why the attempt ended, in the words of ``Job.reason``: ``handler error``,
+    ``timeout``, ``stalled``, ``handler crashed``, ``memory limit``, ``worker lost``,
+    ``shutdown``... (an attempt that is retried says why here, its job's reason says
+    ``retry``)"""
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> ErrorRecord:
+        """Build from a stored record; ValueError, TypeError or KeyError when it is not one."""
+        at = value["at"]
+        kind, traceback = value.get("type"), value.get("traceback")
+        return cls(
+            attempt=int(value["attempt"]),
+            at=at if isinstance(at, datetime) else datetime.fromisoformat(at),
+            type=str(kind) if kind is not None else None,
+            message=str(value.get("message") or ""),
+            traceback=str(traceback) if traceback is not None else None,
+            cause=str(value.get("cause") or ""),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the record as stored and as the API shows it (``at`` in ISO 8601)."""
+        return {
+            "attempt": self.attempt,
+            "at": self.at.isoformat(),
+            "type": self.type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "cause": self.cause,
+        }
+
+
+def error_records(value: Any) -> list[ErrorRecord]:
+    """Return the records of a ``jobs.errors`` value, most recent first (as stored);
+    an element that is no record (written by hand) is left out rather than failing
+    the read of its job."""
+    if not isinstance(value, list):
+        return []
+    records = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        try:
+            records.append(ErrorRecord.from_json(item))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return records
+
+
 STATUS_BY_VALUE: dict[str, JobStatus] = {str(status): status for status in JobStatus}
 """a status column's text to its JobStatus: a dict lookup, cheaper per row than the
 enum's call where rows come by the hundred (claims, finishes, bulk inserts)"""
@@ -147,6 +218,11 @@ class Job:
     retried_as: uuid.UUID | None = None
     """the job that retries this one, once it was retried (read with the job, never
     stored in its row: a finished job's row does not change)"""
+    errors: list[ErrorRecord] = field(default_factory=list)
+    """the last attempts that ended in an error, most recent first (at most 10; none
+    for a job that never failed an attempt); ``error``, ``reason`` and ``report`` say
+    the last attempt's alone (migration 0028). A job the daemon claims has none
+    (its claim does not read them)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -161,6 +237,7 @@ class Job:
             reserved_until=row.get("reserved_until"),
             retry_of=row.get("retry_of"),
             retried_as=row.get("retried_as"),
+            errors=error_records(row.get("errors")),
         )
 
     @classmethod
@@ -220,6 +297,7 @@ class Job:
             "reserved_until": _iso(self.reservation),
             "retry_of": str(self.retry_of) if self.retry_of else None,
             "retried_as": str(self.retried_as) if self.retried_as else None,
+            "errors": [record.to_json() for record in self.errors],
         }
 
 
@@ -358,3 +436,17 @@ def silence_s(
     if last is None:
         return None
     return max((now - last).total_seconds(), 0.0)
+
+
+def split_traceback(report: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """Return a failure's report without its traceback (``report.error.traceback``), and
+    the traceback: for front ends that show it as lines of text, not as an escaped JSON
+    string. Any other report comes back as it is, with None."""
+    cause = (report or {}).get("error")
+    if report is None or not isinstance(cause, dict):
+        return report, None
+    traceback = cause.get("traceback")
+    if not isinstance(traceback, str):
+        return report, None
+    rest = {key: value for key, value in cause.items() if key != "traceback"}
+    return {**report, "error": rest}, traceback

@@ -1,4 +1,5 @@
-"""``jobsd status``: a job's state, progress, report, error and history."""
+"""``jobsd status``: a job's state, progress, report, error, the errors of its attempts
+and its history."""
 
 from __future__ import annotations
 
@@ -9,18 +10,24 @@ import click
 
 from jobsd.cli.common import on_job, token_option
 from jobsd.cli.errors import friendly_errors
-from jobsd.models import Job, JobEvent
+from jobsd.models import ErrorRecord, Job, JobEvent, split_traceback
 
 __all__ = ["status"]
 
 
 @click.command()
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the job and its history as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the job, the errors of its attempts and its history as JSON.",
+)
 @token_option
 @friendly_errors
 def status(job_id: str, as_json: bool, token: str | None) -> None:
-    """Show a job's state, progress, report, error and history."""
+    """Show a job's state, progress, report, error, the errors of its attempts (most
+    recent first, tracebacks as they were printed) and its history."""
     from jobsd.ops.get import get_job
 
     view = on_job(job_id, token, "read", get_job, command="status")
@@ -67,11 +74,21 @@ def _print_job(job: Job, events: list[JobEvent]) -> None:
         fields.append(("progress", json.dumps(job.progress)))
     if job.error:
         fields.append(("error", job.error))
-    if job.report:
-        fields.append(("report", json.dumps(job.report)[:2000]))
+    report, traceback = split_traceback(job.report)
+    if report:
+        fields.append(("report", json.dumps(report)[:2000]))
+    if job.errors:
+        many = len(job.errors)
+        fields.append(("errors", f"{many} attempt{'s' if many > 1 else ''}, most recent first"))
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         click.echo(f"{key:<{width}}  {value}")
+    if traceback is not None and not job.errors:
+        # a job that failed before error records were kept: the report's alone
+        click.echo("traceback")
+        _echo_lines(traceback, "  ")
+    for record in job.errors:
+        _print_record(record)
     click.echo("history")
     for e in events:
         move = f"{e.from_status or '-'} -> {e.to_status}"
@@ -89,3 +106,18 @@ def _print_job(job: Job, events: list[JobEvent]) -> None:
 
 def _when(value: datetime | None) -> str:
     return value.isoformat(timespec="milliseconds") if value else "-"
+
+
+def _print_record(record: ErrorRecord) -> None:
+    """Print one attempt's error: a heading line, then its message and traceback as
+    they were written, indented."""
+    head = f"  attempt {record.attempt}  {_when(record.at)}  {record.cause}"
+    click.echo(head + (f"  {record.type}" if record.type else ""))
+    _echo_lines(record.message, "    ")
+    if record.traceback:
+        _echo_lines(record.traceback, "    ")
+
+
+def _echo_lines(text: str, indent: str) -> None:
+    for line in text.rstrip("\n").splitlines():
+        click.echo(f"{indent}{line}".rstrip())

@@ -108,6 +108,8 @@ jobs = Table(
     Column("reserved_until", _TIMESTAMPTZ),
     # the failed or cancelled job this one retries (migration 0025; at most one retry each)
     Column("retry_of", UUID(as_uuid=True)),
+    # the error records of the last attempts that ended in one (migration 0028)
+    Column("errors", JSONB),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint(
         "concurrency_key <> '' AND octet_length(concurrency_key) <= 255",
@@ -122,6 +124,10 @@ jobs = Table(
     CheckConstraint("char_length(type) <= 200", name="jobs_type_size"),
     CheckConstraint("char_length(dedup_key) <= 512", name="jobs_dedup_key_size"),
     CheckConstraint("octet_length(org_id) <= 255", name="jobs_org_id_size"),
+    CheckConstraint(
+        "jsonb_typeof(errors) = 'array' AND octet_length(errors::text) <= 2097152",
+        name="jobs_errors_size",
+    ),
 )
 
 # one dedup key per org among the jobs that hold one (a unique index on those rows

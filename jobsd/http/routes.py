@@ -239,7 +239,9 @@ def jobs_router(
         "/jobs/{job_id}",
         responses=responses(404, 429, 503),
         summary="Read a job and its history",
-        description="With `wait=S`, answers as soon as the job is terminal (succeeded, failed, "
+        description="The job, its history (oldest change first) and the errors of its last "
+        "attempts that ended in one (`errors`, at most 10, most recent first). With "
+        "`wait=S`, answers as soon as the job is terminal (succeeded, failed, "
         "cancelled), woken by a database notification, or after S seconds (capped by "
         "JOBSD_LONGPOLL_MAX) with the current state. Over the token's read rate "
         "(JOBSD_READ_RATE), or with too many long-polls open (JOBSD_LONGPOLL_MAX_CONCURRENT "

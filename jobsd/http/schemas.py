@@ -30,6 +30,7 @@ __all__ = [
     "QUEUE_PATTERN",
     "CursorText",
     "ErrorOut",
+    "ErrorRecordOut",
     "HealthReport",
     "HistoryItem",
     "JobDetail",
@@ -283,16 +284,42 @@ class JobOut(JobSummary):
     )
 
 
+class ErrorRecordOut(BaseModel):
+    """One attempt that ended in an error."""
+
+    attempt: int = Field(description="The attempt that ended.")
+    at: datetime = Field(description="When its end was written (the database's clock).")
+    type: str | None = Field(
+        description="The exception's class, module.Qualname; null when none was raised "
+        "(a timeout, a stall, a crashed handler process, a lost worker)."
+    )
+    message: str = Field(description="The error (at most 2 KiB).")
+    traceback: str | None = Field(
+        description="The handler's traceback, at most 16 KiB: a longer one keeps its end, "
+        "after a first line that says how many bytes were cut."
+    )
+    cause: str = Field(
+        description="Why the attempt ended, in the words of reason: handler error, timeout, "
+        "stalled, handler crashed, memory limit, worker lost, shutdown... (a retried "
+        "attempt's job says reason retry; its record says why)."
+    )
+
+
 class JobDetail(JobOut):
     """A job with its history, oldest change first."""
 
     history: list[HistoryItem]
+    errors: list[ErrorRecordOut] = Field(
+        description="The last attempts that ended in an error (at most 10), most recent "
+        "first; error, reason and report say the last attempt's alone.",
+    )
 
     @classmethod
     def from_view(cls, view: JobView) -> JobDetail:
         """Build from a job read with its history."""
         job = view.job
         fields = {k: getattr(job, k) for k in JobOut.model_fields if k not in _COMPUTED}
+        errors = [ErrorRecordOut.model_validate(r, from_attributes=True) for r in job.errors]
         history = [
             HistoryItem.model_validate(
                 {
@@ -306,7 +333,7 @@ class JobDetail(JobOut):
             )
             for e in view.history
         ]
-        return cls.model_validate({**fields, "history": history})
+        return cls.model_validate({**fields, "history": history, "errors": errors})
 
 
 class ResolveIn(BaseModel):

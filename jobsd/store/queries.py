@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from jobsd.errors import AlreadyClaimed, DatabaseError, JobNotFound
-from jobsd.jsonsafe import cap_error, storable_json
+from jobsd.jsonsafe import ERROR_RECORDS_KEPT, cap_error, error_record, storable_json
 from jobsd.models import STATUS_BY_VALUE, Job, JobEvent, JobStatus
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 
@@ -245,6 +245,9 @@ class FinishRow:
     progress: dict[str, Any] | None
     run_after: datetime | None = None
     delay_s: float | None = None
+    error_record: dict[str, Any] | None = None
+    """the attempt's error record (``jsonsafe.error_record``), for an outcome with an
+    error; None writes none (a success)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +298,11 @@ async def finish_batch(
     """
     if not rows:
         return {}
-    params = {"results": _results_json(rows), "confirm": confirm}
+    params = {
+        "results": _results_json(rows),
+        "confirm": confirm,
+        "errors_kept": ERROR_RECORDS_KEPT,
+    }
     with db_errors(f"finish of {len(rows)} jobs"):
         result = await _run_before_commit(conn, "jobs_finish_batch", params, before_commit)
     # RETURNING holds Finished's fields in their order
@@ -321,18 +328,19 @@ def _results_json(rows: Sequence[FinishRow]) -> str:
     for r in rows:
         # an error message may hold NUL or lone surrogates (from a file name, say):
         # replaced, so that one outcome cannot fail the write of the whole batch
-        head = storable_json(
-            {
-                "id": str(r.job_id),
-                "lease_id": str(r.lease_id),
-                "status": r.status,
-                "error": _cap(r.error),
-                "reason": r.reason,
-                "progress": r.progress,
-                "run_after": r.run_after.isoformat() if r.run_after else None,
-                "delay_s": r.delay_s,
-            }
-        )
+        fields = {
+            "id": str(r.job_id),
+            "lease_id": str(r.lease_id),
+            "status": r.status,
+            "error": _cap(r.error),
+            "reason": r.reason,
+            "progress": r.progress,
+            "run_after": r.run_after.isoformat() if r.run_after else None,
+            "delay_s": r.delay_s,
+        }
+        if r.error_record is not None:  # a success has none: not even the key
+            fields["error_record"] = r.error_record
+        head = storable_json(fields)
         parts.append(f'{head[:-1]},"report":{r.report_json or "null"}}}')
     return f"[{','.join(parts)}]"
 
@@ -386,18 +394,31 @@ def rescue_params(
 
 def rescue_apply_params(rows: Sequence[Mapping[str, Any]], decide: RescueDecider) -> dict[str, Any]:
     """Decide the fate of each row of ``jobs_rescue_candidates``; return the parameters
-    of ``jobs_rescue_apply`` that write it."""
-    verdicts = [
-        (r["id"], decide(RescueCandidate(r["id"], r["type"], r["attempts"],
-                                         r["cancel_requested"], r["dead"])))
+    of ``jobs_rescue_apply`` that write it, with the error record of each lost attempt
+    (cause ``worker lost``, whatever the job becomes)."""
+    candidates = [
+        RescueCandidate(r["id"], r["type"], r["attempts"], r["cancel_requested"], r["dead"])
         for r in rows
-    ]  # fmt: skip
+    ]
+    verdicts = [decide(c) for c in candidates]
     return {
-        "ids": [job_id for job_id, _ in verdicts],
-        "statuses": [v.status for _, v in verdicts],
-        "reasons": [v.reason for _, v in verdicts],
-        "errors": [_cap(v.error) for _, v in verdicts],
+        "ids": [c.id for c in candidates],
+        "statuses": [v.status for v in verdicts],
+        "reasons": [v.reason for v in verdicts],
+        "errors": [_cap(v.error) for v in verdicts],
+        "records": [
+            storable_json(error_record(v.error or _lost(c), cause="worker lost"))
+            for c, v in zip(candidates, verdicts, strict=True)
+        ],
+        "errors_kept": ERROR_RECORDS_KEPT,
     }
+
+
+def _lost(job: RescueCandidate) -> str:
+    """Say how a rescued job's attempt ended, when its verdict names no error (it runs
+    again, or was cancelled)."""
+    owner = "owner died" if job.dead else "owner unresponsive"
+    return f"worker lost: {owner} at attempt {job.attempts}"
 
 
 async def _rescue(

@@ -30,6 +30,7 @@ from jobsd.worker.faults import crash_at
 from jobsd.worker.holdings import Held, Holdings
 from jobsd.worker.loop import run_loop, through_outage
 from jobsd.worker.mailbox import Mailbox
+from jobsd.worker.outcome import error_record_of
 from jobsd.worker.stats import DaemonStats
 from jobsd.worker.waker import Waker
 
@@ -268,4 +269,5 @@ def _finish_row(result: _Result) -> queries.FinishRow:
         progress=result.progress,
         run_after=outcome.run_after,
         delay_s=outcome.delay_s,
+        error_record=error_record_of(outcome),
     )

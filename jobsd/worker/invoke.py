@@ -252,7 +252,8 @@ def _ended_by_watch(
         # job must not run again while it may still be running
         log.warning("job.thread_abandoned", extra={"job_id": str(job.id), "why": str(end)})
         what = f"{what}; the handler's thread could not be stopped: outcome unknown"
-    return _as_decided(job, spec, verdict, failure(what, reason=verdict.reason))
+    # the record's cause is what ended the attempt, also when its reason is a retry's
+    return _as_decided(job, spec, verdict, failure(what, reason=verdict.reason, cause=str(end)))
 
 
 def _isolated_outcome(job: Job, spec: HandlerSpec, answer: Answer, limits: RunLimits) -> Outcome:

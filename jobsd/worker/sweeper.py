@@ -48,6 +48,7 @@ from jobsd.worker.clockwatch import DbClockWatch, Reading
 from jobsd.worker.decide import rescuer, rules_from
 from jobsd.worker.executor import failure
 from jobsd.worker.loop import pause, run_loop
+from jobsd.worker.outcome import error_record_of
 from jobsd.worker.recoverer import Recoverer, RecovererSettings
 from jobsd.worker.stats import DaemonStats
 
@@ -276,6 +277,7 @@ class Sweeper:
             progress=None,
             run_after=None,
             delay_s=None,
+            error_record=error_record_of(outcome),
         )
         try:
             async with acquire(self.pool, "sweep") as conn:

@@ -246,7 +246,9 @@ SET status = CASE WHEN chosen.starts THEN 'running' ELSE 'queued' END,
                           THEN now() + make_interval(secs => %(reserve_s)s::float8) END
 FROM chosen
 WHERE j.id = chosen.id
--- the columns of a Job in its fields' order (store.queries builds it positionally)
+-- the columns of a Job in its fields' order (store.queries builds it positionally);
+-- not `errors` (0028): the daemon never reads a job's past errors, a Job it builds
+-- here has none
 RETURNING j.id, j.org_id, j.type, j.queue, j.status, j.attempts, j.dedup_key, j.payload,
           j.progress, j.report, j.error, j.reason, j.run_after, j.lease_id, j.worker_id,
           j.created_at, j.started_at, j.finished_at, j.cancel_requested_at, j.priority,
@@ -340,17 +342,29 @@ WHERE j.status = 'running' AND j.worker_id = %(worker_id)s
 -- (`confirm`) finds the rows the first try wrote: same lease, the outcome's status.
 -- Only the columns the outcome changed come back (the daemon has
 -- the rest): decoding whole rows was a fifth of the daemon's CPU per job.
--- The outcomes are read through jobsd.outcome_rows (migration 0020), which tells the
--- planner a batch is small: one primary-key lookup per outcome.
+-- The outcomes are read through jobsd.outcome_rows_v2 (migrations 0020, 0028), which
+-- tells the planner a batch is small: one primary-key lookup per outcome.
+-- An outcome that carries an error carries its attempt's record (`error_record`: type,
+-- message, traceback, cause, capped by the daemon); it goes first in `errors`, with
+-- the attempt and the database's clock, the oldest beyond `errors_kept` dropped
+-- (jobsd.error_records_push). Only a write that moves the job from running adds it:
+-- a write tried again (`confirm`) finds the record there. An outcome without one
+-- (every success) leaves `errors` as it is.
 UPDATE jobsd.jobs AS j
 SET status = r.status, report = r.report, error = r.error, reason = r.reason,
+    errors = CASE WHEN r.error_record IS NULL OR j.status <> 'running' THEN j.errors
+                  ELSE jobsd.error_records_push(
+                         j.errors,
+                         r.error_record
+                           || jsonb_build_object('attempt', j.attempts, 'at', now()),
+                         %(errors_kept)s) END,
     progress = CASE WHEN r.progress IS NULL THEN j.progress
                     ELSE coalesce(j.progress, '{}'::jsonb) || r.progress END,
     finished_at = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN now() END,
     dedup_key = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN NULL
                      ELSE j.dedup_key END,
     run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after)
-FROM jobsd.outcome_rows(%(results)s::jsonb) AS r
+FROM jobsd.outcome_rows_v2(%(results)s::jsonb) AS r
 WHERE j.id = r.id AND j.lease_id = r.lease_id
   AND (j.status = 'running' OR (%(confirm)s AND j.status = r.status))
 -- in the order of store.queries.Finished's fields, which is built positionally
@@ -389,15 +403,22 @@ FOR UPDATE OF j SKIP LOCKED;
 -- Write the verdicts the daemon decided for the jobs jobs_rescue_candidates locked, in
 -- the same transaction: the next status, its reason, and the cause kept in `error`
 -- (null: the job keeps its error). The lease is cleared, so a late report from the old
--- owner is discarded; a job that leaves for good loses its dedup key.
+-- owner is discarded; a job that leaves for good loses its dedup key. The attempt the
+-- lost worker ran gets its error record (`records`), as jobs_finish_batch writes one.
 UPDATE jobsd.jobs AS j
 SET status = d.status, reason = d.reason, error = coalesce(d.error, j.error),
+    errors = CASE WHEN d.record IS NULL THEN j.errors
+                  ELSE jobsd.error_records_push(
+                         j.errors,
+                         d.record || jsonb_build_object('attempt', j.attempts, 'at', now()),
+                         %(errors_kept)s) END,
     finished_at = CASE WHEN d.status IN ('succeeded', 'failed', 'cancelled') THEN now() END,
     dedup_key = CASE WHEN d.status IN ('succeeded', 'failed', 'cancelled') THEN NULL
                      ELSE j.dedup_key END,
     lease_id = NULL
-FROM unnest(%(ids)s::uuid[], %(statuses)s::text[], %(reasons)s::text[], %(errors)s::text[])
-     AS d(id, status, reason, error)
+FROM unnest(%(ids)s::uuid[], %(statuses)s::text[], %(reasons)s::text[], %(errors)s::text[],
+            %(records)s::text[]::jsonb[])
+     AS d(id, status, reason, error, record)
 WHERE j.id = d.id AND j.status = 'running'
 RETURNING j.*;
 

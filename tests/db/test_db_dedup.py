@@ -20,6 +20,7 @@ from support.claims import claim_params
 from jobsd import Job, JobStatus, SyncClient, UnknownQueue
 from jobsd.client import JobSpec
 from jobsd.errors import DatabaseError, DuplicateJob
+from jobsd.jsonsafe import ERROR_RECORDS_KEPT
 from jobsd.store.enqueue import Statement, enqueue_plan
 from jobsd.store.queries import run_named_sync
 
@@ -140,6 +141,7 @@ def test_holder_finished_between_conflict_and_reread(conn: psycopg.Connection[An
                         [{"id": str(holder.id), "lease_id": str(lease), "status": "succeeded"}]
                     ),
                     "confirm": False,
+                    "errors_kept": ERROR_RECORDS_KEPT,
                 },
             )
             assert [r["dedup_key"] for r in done] == [None]

@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from support.claims import claim_params
 from support.history import history_problems
 
+from jobsd.jsonsafe import ERROR_RECORDS_KEPT
 from jobsd.models import TERMINAL_STATES, JobStatus
 from jobsd.store import queries
 from jobsd.store.queries import run_named_sync
@@ -240,7 +241,7 @@ class JobsMachine(RuleBasedStateMachine):
                 "delay_s": delay,
             }
         ]
-        written = self._run("jobs_finish_batch", {"results": json.dumps(results), "confirm": False})
+        written = self._run("jobs_finish_batch", _finish_params(results))
         if stale:
             assert not written, "a stale owner's result was applied"
 
@@ -269,9 +270,7 @@ class JobsMachine(RuleBasedStateMachine):
                     "status": "cancelled",
                     "reason": "cancel requested",
                 }
-                assert self._run(
-                    "jobs_finish_batch", {"results": json.dumps([cancelled]), "confirm": False}
-                )
+                assert self._run("jobs_finish_batch", _finish_params([cancelled]))
                 continue
             kept.append((job_id, lease_id))
         self.held[worker] = kept
@@ -430,6 +429,11 @@ class JobsMachine(RuleBasedStateMachine):
                 assert runs[job["id"]] <= 1, f"at_most_once job {job['id']} ran twice"
             else:
                 assert runs[job["id"]] <= MAX_ATTEMPTS, f"job {job['id']} ran too often"
+
+
+def _finish_params(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of jobs_finish_batch, as store.queries.finish_batch passes them."""
+    return {"results": json.dumps(results), "confirm": False, "errors_kept": ERROR_RECORDS_KEPT}
 
 
 def _start_params(

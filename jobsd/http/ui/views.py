@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from jobsd.models import OPEN_STATES, Job, JobEvent, JobStatus, last_progress_at
+from jobsd.models import (
+    OPEN_STATES,
+    Job,
+    JobEvent,
+    JobStatus,
+    last_progress_at,
+    split_traceback,
+)
 from jobsd.models import JobView as JobRead
 from jobsd.ops import AsyncConn, Caller
 from jobsd.ops.listing import Cursor, JobPage, ListOptions, list_jobs
@@ -157,20 +164,26 @@ def progress_of(progress: dict[str, Any] | None) -> tuple[int, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """A job page: the job, its history, its progress as (done, total), and while it
-    runs its handler's last sign of life (``models.last_progress_at``)."""
+    """A job page: the job, its history, its progress as (done, total), while it runs
+    its handler's last sign of life (``models.last_progress_at``), and its report with
+    a failure's traceback apart (shown as text, not in the report's JSON). The errors
+    of its attempts are ``job.errors``, most recent first."""
 
     job: Job
     events: list[JobEvent]
     progress: tuple[int, int] | None
     last_progress_at: datetime | None = None
+    report: dict[str, Any] | None = None
+    """``job.report`` without ``error.traceback``"""
+    report_traceback: str | None = None
 
 
 def job_page(read: JobRead) -> JobView:
     """Shape a job read with its history (``ops.get``) for its page."""
     job = read.job
     last = last_progress_at(job.status, job.progress, job.started_at)
-    return JobView(job, read.history, progress_of(job.progress), last)
+    report, traceback = split_traceback(job.report)
+    return JobView(job, read.history, progress_of(job.progress), last, report, traceback)
 
 
 @dataclass(frozen=True, slots=True)
