@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobsd.worker.outcome import Outcome
+from jobsd.worker.outcome import Outcome, error_record_of
 
 __all__ = [
     "ERROR_CAUSES",
@@ -45,31 +45,23 @@ ERROR_CAUSES = frozenset(
         "invalid report",
         "shutdown",
         "fenced",
+        "worker lost",
+        "cancel requested",
     }
 )
 OTHER_CAUSE = "other"
 
 
 def error_cause(outcome: Outcome) -> str | None:
-    """Return the cause a run that ended in ``outcome`` is counted under, or None when
-    it did not end in an error (it succeeded, was cancelled on request, or was put back in its
-    queue unharmed by a stop).
-
-    A retry is written with reason ``retry``: its cause is the handler's error, unless
-    the run hit its timeout or stalled (the message then says which, ``invoke.py``).
-    """
-    status, reason, error = outcome.status, outcome.reason, outcome.error
-    if status in ("succeeded", "cancelled") or reason == "cancel requested":
+    """Return the cause a run that ended in ``outcome`` is counted under: the cause of
+    the error record its write appends to the job (``jobs.errors``), within the fixed
+    set of ERROR_CAUSES (else OTHER_CAUSE); None when it appends none (it succeeded,
+    was cancelled on request, or was put back in its queue unharmed by a stop)."""
+    record = error_record_of(outcome)
+    if record is None:
         return None
-    if status == "queued" and error is None:  # a stop gave it back, attempts left
-        return None
-    if reason == "retry":
-        if error is not None and error.startswith("timeout after "):
-            return "timeout"
-        if error is not None and error.startswith("stalled: "):
-            return "stalled"
-        return "handler error"
-    return reason if reason in ERROR_CAUSES else OTHER_CAUSE
+    cause = record.get("cause")
+    return cause if cause in ERROR_CAUSES else OTHER_CAUSE
 
 
 @dataclass(slots=True)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from jobsd.worker.outcome import Outcome, failure
 from jobsd.worker.stats import ERROR_CAUSES, OTHER_CAUSE, OTHER_TYPE, DaemonStats, error_cause
 
-RETRIED = "scheduled"
+
+def retried(failed: Outcome) -> Outcome:
+    """Return ``failed`` as the retry policy turns it: scheduled, reason ``retry``."""
+    return replace(failed, status="scheduled", reason="retry")
 
 
 @pytest.mark.parametrize(
@@ -15,15 +20,20 @@ RETRIED = "scheduled"
     [
         (Outcome("succeeded"), None),
         (Outcome("cancelled", reason="cancel requested"), None),
-        # an at_most_once type with a recover hook, cancelled mid-run: the user's wish
-        (Outcome("recovery_required", reason="cancel requested", error="unknown"), None),
+        # an at_most_once type with a recover hook, cancelled mid-run: its outcome is
+        # unknown, and the attempt's record says why
+        (
+            Outcome("recovery_required", reason="cancel requested", error="unknown"),
+            "cancel requested",
+        ),
         # a stop put it back, attempts left: nothing went wrong with the job
         (Outcome("queued", reason="shutdown"), None),
         (Outcome("queued", reason="fenced"), None),
         (failure("ValueError: bad row", reason="handler error"), "handler error"),
-        (Outcome(RETRIED, reason="retry", error="ConnectionError: reset"), "handler error"),
-        (Outcome(RETRIED, reason="retry", error="timeout after 5 s"), "timeout"),
-        (Outcome(RETRIED, reason="retry", error="stalled: no progress for 9 s"), "stalled"),
+        # a retry keeps the record of the failure it retries, and so its cause
+        (retried(failure("ConnectionError: reset", reason="handler error")), "handler error"),
+        (retried(failure("timeout after 5 s", reason="timeout")), "timeout"),
+        (retried(failure("stalled: no progress for 9 s", reason="stalled")), "stalled"),
         (failure("timeout after 5 s", reason="timeout"), "timeout"),
         (Outcome("recovery_required", reason="timeout", error="timeout after 5 s"), "timeout"),
         (failure("stalled: no progress for 9 s", reason="stalled"), "stalled"),
