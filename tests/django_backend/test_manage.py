@@ -44,6 +44,7 @@ def test_manage_py_migrate_creates_jobsds_schema_with_the_sites(empty_db_url: st
 
     assert migrated.returncode == 0, migrated.stderr
     assert "Applying jobsd.0001_jobsd_schema... OK" in migrated.stdout
+    assert "Applying jobsd.0002_jobsd_schema... OK" in migrated.stdout
     with psycopg.connect(empty_db_url) as conn:
         versions = conn.execute("SELECT count(*) FROM jobsd.schema_migrations").fetchone()
         tables = conn.execute(
