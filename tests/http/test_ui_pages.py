@@ -97,19 +97,19 @@ async def test_the_schedules_page_shows_every_schedule_and_an_operator_pauses_on
         assert 'href="/ui/schedules" aria-current="page"' in html
         assert re.findall(r'<tr data-schedule="([^"]+)">', html) == ["beat", "full", "nightly"]
         b = cells(row_of(html, "data-schedule", "beat"))
-        assert b[:5] == ["beat", "beat", "acme", "default", "every 1m"]
-        assert "UTC" in b[5] and "in " in b[5]  # the next tick, and how soon
-        assert "succeeded" in b[6] and f'/ui/jobs/{beat_job}"' in row_of(
+        assert b[:3] == ["beat", "beat acme · default", "every 1m"]
+        assert "UTC" in b[3] and "in " in b[3]  # the next tick, and how soon
+        assert "succeeded" in b[4] and f'/ui/jobs/{beat_job}"' in row_of(
             html, "data-schedule", "beat"
         )
-        assert b[7:12] == ["active", "2", "0", "0", "0"]
+        assert b[5:10] == ["active", "2", "0", "0", "0"]
         f = cells(row_of(html, "data-schedule", "full"))
-        assert "refused" in f[6] and "is full" in f[6]
-        assert f[7:12] == ["active", "1", "1", "0", "0"]
+        assert "refused" in f[4] and "is full" in f[4]
+        assert f[5:10] == ["active", "1", "1", "0", "0"]
         n = row_of(html, "data-schedule", "nightly")
-        assert cells(n)[4] == "0 3 * * * (Europe/Paris)"
-        assert cells(n)[5] == "\N{EN DASH}" and cells(n)[6] == "never"
-        assert cells(n)[7] == "paused" and "/ui/schedules/nightly/resume" in n
+        assert cells(n)[2] == "0 3 * * * (Europe/Paris)"
+        assert cells(n)[3] == "\N{EN DASH}" and cells(n)[4] == "never"
+        assert cells(n)[5] == "paused" and "/ui/schedules/nightly/resume" in n
         assert "/ui/schedules/beat/pause" in row_of(html, "data-schedule", "beat")
 
         # pause: a form with the session's CSRF token, recorded as `jobsd schedule pause`
@@ -119,7 +119,7 @@ async def test_the_schedules_page_shows_every_schedule_and_an_operator_pauses_on
         assert done.status_code == 303 and paused(db_url, "beat")
         shown = await api.client.get(done.headers["location"])
         assert "schedule beat paused" in shown.text
-        assert "paused" in cells(row_of(shown.text, "data-schedule", "beat"))[7]
+        assert "paused" in cells(row_of(shown.text, "data-schedule", "beat"))[5]
         again = await api.client.post("/ui/schedules/beat/resume", data={"csrf": csrf})
         assert again.status_code == 303 and not paused(db_url, "beat")
         with psycopg.connect(db_url, autocommit=True) as conn:
