@@ -171,16 +171,15 @@ async def read_type_stats(
     for row in await store.type_figures(conn, org, type, now=now):
         stats = found.setdefault(row["type"], TypeStats(row["type"]))
         window = stats.hour if row["span"] == "hour" else stats.day
-        window.succeeded += int(row["succeeded"])
-        window.failed += int(row["failed"])
-        window.cancelled += int(row["cancelled"])
+        ok, bad, gone = int(row["succeeded"]), int(row["failed"]), int(row["cancelled"])
+        window.succeeded += ok
+        window.failed += bad
+        window.cancelled += gone
         window.run_s += float(row["run_s"])
         bucket = int(row["run_bucket"])
-        jobs = int(row["succeeded"]) + int(row["failed"]) + int(row["cancelled"])
-        window.histogram[bucket] = window.histogram.get(bucket, 0) + jobs
-    for row in await store.type_minutes(conn, org, type, now=now):
-        known = found.get(row["type"])
-        # (None: the type's first job ended between the two reads)
-        if known is not None:
-            known.minutes[int(row["minutes_ago"])] = (int(row["succeeded"]), int(row["failed"]))
+        window.histogram[bucket] = window.histogram.get(bucket, 0) + ok + bad + gone
+        if row["span"] == "hour":  # the chart: one statement, so it adds up to the figures
+            minute = int(row["minutes_ago"])
+            was = stats.minutes.get(minute, (0, 0))
+            stats.minutes[minute] = (was[0] + ok, was[1] + bad)
     return [found[name] for name in sorted(found)]

@@ -80,18 +80,9 @@ _STATS_SETUP: list[tuple[str, dict[str, Any]]] = [("ui_stats_setup", {})]
 async def type_figures(
     conn: AsyncConn, org_id: str | None, type: str | None, *, now: datetime | None = None
 ) -> list[Row]:
-    """Count what ended over the last hour and day (``span``) per type and run-duration
-    bucket (``ui_type_figures``); ``org_id``, ``type``: None for any."""
+    """Count what ended over the last hour (``span`` 'hour', by ``minutes_ago``) and day
+    ('day') per type and run-duration bucket (``ui_type_figures``); ``org_id``, ``type``:
+    None for any."""
     params = {"org_id": org_id, "type": type, "now": now}
     with db_errors("figures by job type"):
         return await run_for_org(conn, org_id, "ui_type_figures", params, before=_STATS_SETUP)
-
-
-async def type_minutes(
-    conn: AsyncConn, org_id: str | None, type: str | None, *, now: datetime | None = None
-) -> list[Row]:
-    """Count what succeeded and failed per type in each of the last 60 minutes
-    (``minutes_ago``)."""
-    params = {"org_id": org_id, "type": type, "now": now}
-    with db_errors("minutes by job type"):
-        return await run_for_org(conn, org_id, "ui_type_minutes", params, before=_STATS_SETUP)

@@ -75,39 +75,41 @@ SELECT set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_cust
 
 -- name: ui_type_figures
 -- What ended per type over the last hour (`span` 'hour': this UTC minute and the 59
--- before it) and the last day ('day': this minute and the 1,439 before it), by run-
--- duration bucket: jobsd.type_stats (minute rows for the hour and for the day's first,
--- partial hour, hour rows for the rest of the day) and the ended jobs not archived yet
--- (jobs_finished_idx). A job is in one or the other, never both: one statement sees
--- the move that takes it from jobs to the rollup, or not. `org_id`, `type`: null for
--- any.
+-- before it, each apart: `minutes_ago`, 0 the current one) and the last day ('day':
+-- this minute and the 1,439 before it), by run-duration bucket: jobsd.type_stats
+-- (minute rows for the hour and for the day's first, partial hour, hour rows for the
+-- rest of the day) and the ended jobs not archived yet (jobs_finished_idx). A job is in
+-- one or the other, never both: one statement sees the move that takes it from jobs to
+-- the rollup, or not. `org_id`, `type`: null for any.
 WITH w AS (
-  SELECT n.m + interval '1 minute' AS end_at,
+  SELECT n.m, n.m + interval '1 minute' AS end_at,
          n.m - interval '59 minutes' AS hour_from,
          n.m - interval '1439 minutes' AS day_from,
          jobsd.type_stats_start('hour', n.m - interval '1439 minutes') + interval '1 hour'
            AS hours_from
   FROM (SELECT jobsd.type_stats_start('minute', coalesce(%(now)s::timestamptz, now())) AS m) AS n
 ), parts AS (
-  SELECT 'hour' AS span, s.type, s.run_bucket, s.succeeded, s.failed, s.cancelled, s.run_s
+  SELECT 'hour' AS span, s.start_at AS minute, s.type, s.run_bucket, s.succeeded, s.failed,
+         s.cancelled, s.run_s
   FROM w JOIN jobsd.type_stats AS s
     ON s.period = 'minute' AND s.start_at >= w.hour_from AND s.start_at < w.end_at
   WHERE (%(org_id)s::text IS NULL OR s.org_id = %(org_id)s::text)
     AND (%(type)s::text IS NULL OR s.type = %(type)s::text)
   UNION ALL
-  SELECT 'day', s.type, s.run_bucket, s.succeeded, s.failed, s.cancelled, s.run_s
+  SELECT 'day', NULL, s.type, s.run_bucket, s.succeeded, s.failed, s.cancelled, s.run_s
   FROM w JOIN jobsd.type_stats AS s
     ON s.period = 'minute' AND s.start_at >= w.day_from AND s.start_at < w.hours_from
   WHERE (%(org_id)s::text IS NULL OR s.org_id = %(org_id)s::text)
     AND (%(type)s::text IS NULL OR s.type = %(type)s::text)
   UNION ALL
-  SELECT 'day', s.type, s.run_bucket, s.succeeded, s.failed, s.cancelled, s.run_s
+  SELECT 'day', NULL, s.type, s.run_bucket, s.succeeded, s.failed, s.cancelled, s.run_s
   FROM w JOIN jobsd.type_stats AS s
     ON s.period = 'hour' AND s.start_at >= w.hours_from AND s.start_at < w.end_at
   WHERE (%(org_id)s::text IS NULL OR s.org_id = %(org_id)s::text)
     AND (%(type)s::text IS NULL OR s.type = %(type)s::text)
   UNION ALL
-  SELECT x.span, j.type, jobsd.type_stats_bucket(j.started_at, j.finished_at),
+  SELECT x.span, CASE WHEN x.span = 'hour' THEN jobsd.type_stats_start('minute', j.finished_at) END,
+         j.type, jobsd.type_stats_bucket(j.started_at, j.finished_at),
          (j.status = 'succeeded')::int, (j.status = 'failed')::int,
          (j.status = 'cancelled')::int,
          coalesce(jobsd.run_seconds(j.started_at, j.finished_at), 0)
@@ -119,35 +121,9 @@ WITH w AS (
     AND (%(org_id)s::text IS NULL OR j.org_id = %(org_id)s::text)
     AND (%(type)s::text IS NULL OR j.type = %(type)s::text)
 )
-SELECT span, type, run_bucket, sum(succeeded)::bigint AS succeeded,
-       sum(failed)::bigint AS failed, sum(cancelled)::bigint AS cancelled,
-       sum(run_s)::float8 AS run_s
-FROM parts
-GROUP BY 1, 2, 3;
-
--- name: ui_type_minutes
--- Per type, what succeeded and failed in each of the last 60 UTC minutes
--- (`minutes_ago` 0 is the current one), from the rollup's minute rows and the ended
--- jobs not archived yet, as ui_type_figures reads them.
-WITH w AS (
-  SELECT n.m, n.m + interval '1 minute' AS end_at, n.m - interval '59 minutes' AS hour_from
-  FROM (SELECT jobsd.type_stats_start('minute', coalesce(%(now)s::timestamptz, now())) AS m) AS n
-), parts AS (
-  SELECT s.type, s.start_at, s.succeeded, s.failed
-  FROM w JOIN jobsd.type_stats AS s
-    ON s.period = 'minute' AND s.start_at >= w.hour_from AND s.start_at < w.end_at
-  WHERE (%(org_id)s::text IS NULL OR s.org_id = %(org_id)s::text)
-    AND (%(type)s::text IS NULL OR s.type = %(type)s::text)
-  UNION ALL
-  SELECT j.type, jobsd.type_stats_start('minute', j.finished_at),
-         (j.status = 'succeeded')::int, (j.status = 'failed')::int
-  FROM w JOIN jobsd.jobs AS j
-    ON j.finished_at IS NOT NULL AND j.finished_at >= w.hour_from AND j.finished_at < w.end_at
-  WHERE j.status IN ('succeeded', 'failed', 'cancelled')
-    AND (%(org_id)s::text IS NULL OR j.org_id = %(org_id)s::text)
-    AND (%(type)s::text IS NULL OR j.type = %(type)s::text)
-)
-SELECT p.type, (pg_catalog.date_part('epoch', w.m - p.start_at) / 60)::int AS minutes_ago,
-       sum(p.succeeded)::bigint AS succeeded, sum(p.failed)::bigint AS failed
+SELECT p.span, (pg_catalog.date_part('epoch', w.m - p.minute) / 60)::int AS minutes_ago,
+       p.type, p.run_bucket, sum(p.succeeded)::bigint AS succeeded,
+       sum(p.failed)::bigint AS failed, sum(p.cancelled)::bigint AS cancelled,
+       sum(p.run_s)::float8 AS run_s
 FROM parts AS p CROSS JOIN w
-GROUP BY 1, 2;
+GROUP BY p.span, p.minute, p.type, p.run_bucket, w.m;
