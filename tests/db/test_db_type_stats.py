@@ -5,6 +5,7 @@ org; percentiles within one run-duration bucket; the rollup's retention and back
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -255,3 +256,45 @@ async def test_the_migration_counts_what_the_archive_holds(empty_db_url: str) ->
             "SELECT count(*) FROM jobsd.type_stats WHERE start_at < now() - interval '2 days'"
         ).fetchone()
         assert row == (0,)
+
+
+def test_two_moves_at_once_count_every_job_once(db_url: str, conn: Conn, now: datetime) -> None:
+    """A second move counting into the same rows waits for the first (no deadlock, no
+    lost update): its jobs are others (SKIP LOCKED), its keys the same."""
+    import threading
+
+    for i in range(40):
+        make_ended(conn, now, Ended(f"o{i % 4}", f"t{i % 3}", "succeeded", 120 + i % 5, 0.05))
+    first = psycopg.connect(db_url)
+    second = psycopg.connect(db_url)
+    try:
+        moved_first = first.execute("SELECT jobsd.archive_move(20, 0)").fetchone()
+        assert moved_first == (20,)
+        moved: list[Any] = []
+        other = threading.Thread(
+            target=lambda: moved.append(
+                second.execute("SELECT jobsd.archive_move(100, 0)").fetchone()
+            )
+        )
+        other.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+        )
+        deadline = time.monotonic() + 10
+        while conn.execute(waiting, (second.info.backend_pid,)).fetchone() != (1,):
+            assert time.monotonic() < deadline, "the second move never waited"
+            assert other.is_alive(), "the second move did not wait for the first's rows"
+            time.sleep(0.01)
+        first.commit()
+        other.join(10)
+        assert not other.is_alive() and moved == [(20,)]
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    row = conn.execute(
+        "SELECT sum(succeeded) FILTER (WHERE period = 'minute'),"
+        " sum(succeeded) FILTER (WHERE period = 'hour'), count(DISTINCT (org_id, type))"
+        " FROM jobsd.type_stats"
+    ).fetchone()
+    assert row == (40, 40, 12)
