@@ -6,6 +6,9 @@
 --   final run, in seconds). The dashboard's per-type pages (/ui/types) read it: a day
 --   of figures is at most 24 hour rows and 60 minute rows per (org, queue, type,
 --   bucket), whatever the number of jobs.
+-- * jobsd.type_stats_all_orgs: the same counts summed over every org and queue, for
+--   an operator's view of every org, which then costs what one org's does whatever
+--   the number of orgs. Only the roles that see every org's jobs read it.
 -- * The run-duration buckets are log-spaced, two per doubling: bucket 0 is under
 --   1 ms, bucket k (1..62) is [2^((k-1)/2), 2^(k/2)) ms, bucket 63 is 2^31 ms
 --   (24.9 days) and more, and -1 holds the jobs that never ran (cancelled while
@@ -22,9 +25,10 @@
 -- * Backfilled here from the archive's last 2 days. The archive is locked against
 --   moves for the backfill; a move that was already running the old function when
 --   this migration commits (at most one batch per daemon) is not counted.
--- * Row-level security as on jobs: an org reads its own rows. The roles that read
---   jobsd.jobs read it, and the all-orgs policies of jobsd.jobs hold on it, so an
---   upgrade needs no `jobsd roles create`. Only the move writes it.
+-- * Row-level security as on jobs: an org reads its own rows of type_stats, and none
+--   of type_stats_all_orgs. The roles that read jobsd.jobs read both, and the all-orgs
+--   policies of jobsd.jobs hold on both, so an upgrade needs no `jobsd roles create`.
+--   Only the move writes them.
 -- * jobsd.schedule_info reads the state of a schedule's last job in the archive too
 --   (it read jobsd.jobs only: an archived job had no state).
 --
@@ -45,10 +49,23 @@ CREATE TABLE jobsd.type_stats (
   run_s       double precision NOT NULL,
   PRIMARY KEY (period, start_at, org_id, queue, type, run_bucket)
 );
--- one type, every org (an operator's type page)
-CREATE INDEX type_stats_type_idx ON jobsd.type_stats (period, type, start_at);
 -- one org's types, and one org's type
 CREATE INDEX type_stats_org_idx ON jobsd.type_stats (period, org_id, type, start_at);
+
+CREATE TABLE jobsd.type_stats_all_orgs (
+  period      text NOT NULL CHECK (period IN ('minute', 'hour')),
+  start_at    timestamptz NOT NULL,
+  type        text NOT NULL,
+  run_bucket  smallint NOT NULL CHECK (run_bucket BETWEEN -1 AND 63),
+  succeeded   bigint NOT NULL,
+  failed      bigint NOT NULL,
+  cancelled   bigint NOT NULL,
+  run_s       double precision NOT NULL,
+  PRIMARY KEY (period, start_at, type, run_bucket)
+);
+
+-- every org's counts: no policy but the all-orgs ones of jobs (copied below)
+ALTER TABLE jobsd.type_stats_all_orgs ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE jobsd.type_stats ENABLE ROW LEVEL SECURITY;
 CREATE POLICY type_stats_org_isolation ON jobsd.type_stats
@@ -145,12 +162,33 @@ BEGIN
         failed = s.failed + excluded.failed,
         cancelled = s.cancelled + excluded.cancelled,
         run_s = s.run_s + excluded.run_s
+    RETURNING 1),
+  stats_all AS (
+    INSERT INTO jobsd.type_stats_all_orgs AS s (period, start_at, type, run_bucket,
+                                                succeeded, failed, cancelled, run_s)
+    SELECT p.period, jobsd.type_stats_start(p.period, m.finished_at), m.type,
+           jobsd.type_stats_bucket(m.started_at, m.finished_at),
+           count(*) FILTER (WHERE m.status = 'succeeded'),
+           count(*) FILTER (WHERE m.status = 'failed'),
+           count(*) FILTER (WHERE m.status = 'cancelled'),
+           coalesce(sum(jobsd.run_seconds(m.started_at, m.finished_at)), 0)
+    FROM moved AS m CROSS JOIN (VALUES ('minute'), ('hour')) AS p(period)
+    WHERE m.finished_at >= v_since
+    GROUP BY 1, 2, 3, 4
+    ORDER BY 1, 2, 3, 4
+    ON CONFLICT (period, start_at, type, run_bucket) DO UPDATE
+    SET succeeded = s.succeeded + excluded.succeeded,
+        failed = s.failed + excluded.failed,
+        cancelled = s.cancelled + excluded.cancelled,
+        run_s = s.run_s + excluded.run_s
     RETURNING 1)
   -- (every part runs to completion, read or not; the hot history of the moved jobs
   -- goes with them through the trigger jobs_delete_events)
   SELECT count(*) INTO v_moved FROM jobs_in;
   -- the figures beyond the rollup's reach (an hour row that began before it, too)
   DELETE FROM jobsd.type_stats AS s
+  WHERE s.period IN ('minute', 'hour') AND s.start_at < v_since - interval '1 hour';
+  DELETE FROM jobsd.type_stats_all_orgs AS s
   WHERE s.period IN ('minute', 'hour') AND s.start_at < v_since - interval '1 hour';
   RETURN v_moved;
 END
@@ -169,6 +207,13 @@ FROM jobsd.jobs_archive AS a CROSS JOIN (VALUES ('minute'), ('hour')) AS p(perio
 WHERE a.finished_at >= now() - interval '2 days'
   AND a.status IN ('succeeded', 'failed', 'cancelled')
 GROUP BY 1, 2, 3, 4, 5, 6;
+
+INSERT INTO jobsd.type_stats_all_orgs (period, start_at, type, run_bucket, succeeded, failed,
+                                       cancelled, run_s)
+SELECT period, start_at, type, run_bucket, sum(succeeded), sum(failed), sum(cancelled),
+       sum(run_s)
+FROM jobsd.type_stats
+GROUP BY 1, 2, 3, 4;
 
 CREATE OR REPLACE FUNCTION jobsd.schedule_info(p_id text)
 RETURNS TABLE (id text, type text, org_id text, queue text, cron text, every_ms bigint,
@@ -195,7 +240,23 @@ AS $$
   ORDER BY s.id
 $$;
 
--- The roles that read jobs read the rollup; the all-orgs policies of jobs hold on it.
+-- The move writes the rollups with its owner's rights (SECURITY DEFINER; CREATE OR
+-- REPLACE kept its owner): when another role runs this migration (a superuser after
+-- `jobsd roles create`), the tables go to the move's owner.
+DO $$
+DECLARE
+  v_owner regrole := (SELECT p.proowner::regrole FROM pg_proc AS p
+                      WHERE p.oid = 'jobsd.archive_move(integer, double precision)'::regprocedure);
+BEGIN
+  IF v_owner::oid <> (SELECT r.oid FROM pg_roles AS r WHERE r.rolname = current_user) THEN
+    EXECUTE format('ALTER TABLE jobsd.type_stats OWNER TO %s', v_owner);
+    EXECUTE format('ALTER TABLE jobsd.type_stats_all_orgs OWNER TO %s', v_owner);
+  END IF;
+END
+$$;
+
+-- The roles that read jobs read the rollups; the all-orgs policies of jobs hold on them
+-- (on type_stats_all_orgs, only they: an org's role reads no row of it).
 DO $$
 DECLARE
   r record;
@@ -206,7 +267,8 @@ BEGIN
       AND NOT a.rolsuper AND a.oid <> (SELECT c.relowner FROM pg_class AS c
                                        WHERE c.oid = 'jobsd.jobs'::regclass)
   LOOP
-    EXECUTE format('GRANT SELECT ON jobsd.type_stats TO %I', r.rolname);
+    EXECUTE format('GRANT SELECT ON jobsd.type_stats, jobsd.type_stats_all_orgs TO %I',
+                   r.rolname);
   END LOOP;
   FOR r IN
     SELECT p.polname,
@@ -219,6 +281,8 @@ BEGIN
   LOOP
     EXECUTE format('CREATE POLICY %I ON jobsd.type_stats AS PERMISSIVE FOR ALL TO %s '
                    'USING (true) WITH CHECK (true)', r.polname, r.roles);
+    EXECUTE format('CREATE POLICY %I ON jobsd.type_stats_all_orgs AS PERMISSIVE FOR ALL '
+                   'TO %s USING (true) WITH CHECK (true)', r.polname, r.roles);
   END LOOP;
 END
 $$;

@@ -134,11 +134,13 @@ BEGIN
 END
 $$;
 -- the per-type figures (migration 0029) are read like jobs, with the same row-level
--- security; only the move into the archive (SECURITY DEFINER) writes them
+-- security (every org's sums only by the roles that see every org); only the move
+-- into the archive (SECURITY DEFINER) writes them
 DO $$
 BEGIN
   IF to_regclass('jobsd.type_stats') IS NOT NULL THEN
-    GRANT SELECT ON jobsd.type_stats TO {enqueue}, {api}, {worker};
+    GRANT SELECT ON jobsd.type_stats, jobsd.type_stats_all_orgs
+      TO {enqueue}, {api}, {worker};
   END IF;
 END
 $$;
@@ -283,6 +285,9 @@ BEGIN
   IF to_regclass('jobsd.type_stats') IS NOT NULL THEN
     DROP POLICY IF EXISTS {policy} ON jobsd.type_stats;
     CREATE POLICY {policy} ON jobsd.type_stats AS PERMISSIVE FOR ALL TO {worker}
+      USING (true) WITH CHECK (true);
+    DROP POLICY IF EXISTS {policy} ON jobsd.type_stats_all_orgs;
+    CREATE POLICY {policy} ON jobsd.type_stats_all_orgs AS PERMISSIVE FOR ALL TO {worker}
       USING (true) WITH CHECK (true);
   END IF;
 END

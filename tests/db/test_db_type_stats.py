@@ -231,6 +231,10 @@ def test_the_rollup_keeps_two_days_and_moves_in_order(conn: Conn, now: datetime)
     ).fetchall()
     # the 3-day-old job is archived but not counted; the stale row is gone
     assert rows == [("hour", "t", 1), ("minute", "t", 1)]
+    every_org = conn.execute(
+        "SELECT period, type, succeeded FROM jobsd.type_stats_all_orgs ORDER BY period"
+    ).fetchall()
+    assert every_org == rows
     row = conn.execute("SELECT count(*) FROM jobsd.jobs_archive").fetchone()
     assert row == (2,)
 
@@ -256,6 +260,17 @@ async def test_the_migration_counts_what_the_archive_holds(empty_db_url: str) ->
             "SELECT count(*) FROM jobsd.type_stats WHERE start_at < now() - interval '2 days'"
         ).fetchone()
         assert row == (0,)
+        # every org's sums are the orgs' rows added up
+        row = conn.execute(
+            "SELECT (SELECT sum(succeeded + failed + cancelled) FROM jobsd.type_stats),"
+            " (SELECT sum(succeeded + failed + cancelled) FROM jobsd.type_stats_all_orgs)"
+        ).fetchone()
+        assert row is not None and row[0] == row[1] and row[0] > 0
+    async with await psycopg.AsyncConnection.connect(empty_db_url, autocommit=True) as aconn:
+        every = by_type(await read_type_stats(aconn, OPERATOR, now=before))
+    assert_counts(
+        every["resize"].day, expected([j for j in spread() if j.type == "resize"], before, 1440)
+    )
 
 
 def test_two_moves_at_once_count_every_job_once(db_url: str, conn: Conn, now: datetime) -> None:
@@ -298,3 +313,9 @@ def test_two_moves_at_once_count_every_job_once(db_url: str, conn: Conn, now: da
         " FROM jobsd.type_stats"
     ).fetchone()
     assert row == (40, 40, 12)
+    row = conn.execute(
+        "SELECT sum(succeeded) FILTER (WHERE period = 'minute'),"
+        " sum(succeeded) FILTER (WHERE period = 'hour'), count(DISTINCT type)"
+        " FROM jobsd.type_stats_all_orgs"
+    ).fetchone()
+    assert row == (40, 40, 3)

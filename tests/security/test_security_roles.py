@@ -89,7 +89,9 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "job_dependencies:INSERT",
         "queues:SELECT",
         "schema_migrations:SELECT",
-        "type_stats:SELECT",  # 0029: the per-type figures, row-level security as jobs
+        # 0029: the per-type figures, row-level security as jobs (every org's sums: none)
+        "type_stats:SELECT",
+        "type_stats_all_orgs:SELECT",
         *own_org,
     }
     assert _privileges(url, names.enqueue) == tenant_app
@@ -125,6 +127,7 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "fail_hooks:INSERT",
         # 0029: the per-type figures (the dashboard, as the role that sees every org)
         "type_stats:SELECT",
+        "type_stats_all_orgs:SELECT",
     }
     # functions PUBLIC may not run: queue administration for the admin role (and the
     # API's role, a member of it), never queue_drop (the owner's); the token lookup
