@@ -12,7 +12,6 @@ with the viewer's actor.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,11 +46,6 @@ class ScheduleRow:
         if self.info.cron is not None and self.info.timezone not in ("UTC", "Etc/UTC"):
             return f"{spec} ({self.info.timezone})"
         return spec
-
-    @property
-    def last_job_id(self) -> uuid.UUID | None:
-        """Return the job the last tick enqueued (or found holding its dedup key)."""
-        return self.info.last_job_id
 
 
 def add_schedule_pages(router: APIRouter, ui: Ui) -> None:
