@@ -71,3 +71,18 @@ async def recent_failures(conn: AsyncConn, org_id: str | None, *, limit: int = 1
     """List the latest failed jobs, newest first."""
     with db_errors("listing of recent failures"):
         return await _read(conn, org_id, "ui_recent_failures", {"org_id": org_id, "limit": limit})
+
+
+# the per-type figures: no JIT, and a plan made for the filters given (ui_stats_setup)
+_STATS_SETUP: list[tuple[str, dict[str, Any]]] = [("ui_stats_setup", {})]
+
+
+async def type_figures(
+    conn: AsyncConn, org_id: str | None, type: str | None, *, now: datetime | None = None
+) -> list[Row]:
+    """Count what ended over the last hour (``span`` 'hour', by ``minutes_ago``) and day
+    ('day') per type and run-duration bucket (``ui_type_figures``); ``org_id``, ``type``:
+    None for any."""
+    params = {"org_id": org_id, "type": type, "now": now}
+    with db_errors("figures by job type"):
+        return await run_for_org(conn, org_id, "ui_type_figures", params, before=_STATS_SETUP)

@@ -66,3 +66,72 @@ WHERE finished_at IS NOT NULL AND status = 'failed'
   AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
 ORDER BY finished_at DESC
 LIMIT %(limit)s;
+
+-- name: ui_stats_setup
+-- Transaction-local, before each read of the per-type figures: no JIT (as
+-- ui_no_jit), and a plan for the filters given (an org, a type, or neither) rather
+-- than one generic plan for all: that plan could not pick the index of the filter.
+SELECT set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true);
+
+-- name: ui_type_figures
+-- What ended per type over the last hour (`span` 'hour': this UTC minute and the 59
+-- before it, each apart: `minutes_ago`, 0 the current one) and the last day ('day':
+-- this minute and the 1,439 before it), by run-duration bucket, from the rollup (minute
+-- rows for the hour and for the day's first, partial hour, hour rows for the rest of
+-- the day) and the ended jobs not archived yet (jobs_finished_idx). A job is in one or
+-- the other, never both: one statement sees the move that takes it from jobs to the
+-- rollup, or not. One org's (`org_id`) from jobsd.type_stats, every org's (null) from
+-- jobsd.type_stats_all_orgs: a plan made for the parameters reads only the one it
+-- needs (ui_stats_setup). `type`: null for any.
+WITH w AS (
+  SELECT n.m, n.m + interval '1 minute' AS end_at,
+         n.m - interval '59 minutes' AS hour_from,
+         n.m - interval '1439 minutes' AS day_from,
+         jobsd.type_stats_start('hour', n.m - interval '1439 minutes') + interval '1 hour'
+           AS hours_from
+  FROM (SELECT jobsd.type_stats_start('minute', coalesce(%(now)s::timestamptz, now())) AS m) AS n
+), rolled AS (
+  SELECT s.period, s.start_at, s.type, s.run_bucket, s.succeeded, s.failed, s.cancelled,
+         s.run_s
+  FROM w JOIN jobsd.type_stats AS s
+    ON (s.period = 'minute' AND s.start_at >= w.hour_from AND s.start_at < w.end_at)
+    OR (s.period = 'minute' AND s.start_at >= w.day_from AND s.start_at < w.hours_from)
+    OR (s.period = 'hour' AND s.start_at >= w.hours_from AND s.start_at < w.end_at)
+  WHERE %(org_id)s::text IS NOT NULL AND s.org_id = %(org_id)s::text
+    AND (%(type)s::text IS NULL OR s.type = %(type)s::text)
+  UNION ALL
+  SELECT a.period, a.start_at, a.type, a.run_bucket, a.succeeded, a.failed, a.cancelled,
+         a.run_s
+  FROM w JOIN jobsd.type_stats_all_orgs AS a
+    ON (a.period = 'minute' AND a.start_at >= w.hour_from AND a.start_at < w.end_at)
+    OR (a.period = 'minute' AND a.start_at >= w.day_from AND a.start_at < w.hours_from)
+    OR (a.period = 'hour' AND a.start_at >= w.hours_from AND a.start_at < w.end_at)
+  WHERE %(org_id)s::text IS NULL
+    AND (%(type)s::text IS NULL OR a.type = %(type)s::text)
+), parts AS (
+  SELECT 'hour' AS span, r.start_at AS minute, r.type, r.run_bucket, r.succeeded, r.failed,
+         r.cancelled, r.run_s
+  FROM w JOIN rolled AS r ON r.period = 'minute' AND r.start_at >= w.hour_from
+  UNION ALL
+  SELECT 'day', NULL, r.type, r.run_bucket, r.succeeded, r.failed, r.cancelled, r.run_s
+  FROM w JOIN rolled AS r ON r.period = 'hour' OR r.start_at < w.hours_from
+  UNION ALL
+  SELECT x.span, CASE WHEN x.span = 'hour' THEN jobsd.type_stats_start('minute', j.finished_at) END,
+         j.type, jobsd.type_stats_bucket(j.started_at, j.finished_at),
+         (j.status = 'succeeded')::int, (j.status = 'failed')::int,
+         (j.status = 'cancelled')::int,
+         coalesce(jobsd.run_seconds(j.started_at, j.finished_at), 0)
+  FROM w JOIN jobsd.jobs AS j
+    ON j.finished_at IS NOT NULL AND j.finished_at >= w.day_from AND j.finished_at < w.end_at
+  CROSS JOIN (VALUES ('hour'), ('day')) AS x(span)
+  WHERE j.status IN ('succeeded', 'failed', 'cancelled')
+    AND (x.span = 'day' OR j.finished_at >= w.hour_from)
+    AND (%(org_id)s::text IS NULL OR j.org_id = %(org_id)s::text)
+    AND (%(type)s::text IS NULL OR j.type = %(type)s::text)
+)
+SELECT p.span, (pg_catalog.date_part('epoch', w.m - p.minute) / 60)::int AS minutes_ago,
+       p.type, p.run_bucket, sum(p.succeeded)::bigint AS succeeded,
+       sum(p.failed)::bigint AS failed, sum(p.cancelled)::bigint AS cancelled,
+       sum(p.run_s)::float8 AS run_s
+FROM parts AS p CROSS JOIN w
+GROUP BY p.span, p.minute, p.type, p.run_bucket, w.m;

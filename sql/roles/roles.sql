@@ -133,6 +133,17 @@ BEGIN
   END IF;
 END
 $$;
+-- the per-type figures (migration 0029) are read like jobs, with the same row-level
+-- security (every org's sums only by the roles that see every org); only the move
+-- into the archive (SECURITY DEFINER) writes them
+DO $$
+BEGIN
+  IF to_regclass('jobsd.type_stats') IS NOT NULL THEN
+    GRANT SELECT ON jobsd.type_stats, jobsd.type_stats_all_orgs
+      TO {enqueue}, {api}, {worker};
+  END IF;
+END
+$$;
 
 -- name: roles_grant_functions
 -- Start from nothing on every function, then grant what each role needs; EXECUTE
@@ -247,6 +258,9 @@ BEGIN
     GRANT SELECT ON jobsd.jobs_archive, jobsd.all_jobs, jobsd.job_events_archive,
       jobsd.all_job_events TO {role};
   END IF;
+  IF to_regclass('jobsd.type_stats') IS NOT NULL THEN
+    GRANT SELECT ON jobsd.type_stats TO {role};
+  END IF;
 END
 $$;
 
@@ -280,6 +294,18 @@ $$;
 DROP POLICY IF EXISTS {policy} ON jobsd.concurrency_keys;
 CREATE POLICY {policy} ON jobsd.concurrency_keys AS PERMISSIVE FOR ALL TO {worker}
   USING (true) WITH CHECK (true);
+DO $$
+BEGIN
+  IF to_regclass('jobsd.type_stats') IS NOT NULL THEN
+    DROP POLICY IF EXISTS {policy} ON jobsd.type_stats;
+    CREATE POLICY {policy} ON jobsd.type_stats AS PERMISSIVE FOR ALL TO {worker}
+      USING (true) WITH CHECK (true);
+    DROP POLICY IF EXISTS {policy} ON jobsd.type_stats_all_orgs;
+    CREATE POLICY {policy} ON jobsd.type_stats_all_orgs AS PERMISSIVE FOR ALL TO {worker}
+      USING (true) WITH CHECK (true);
+  END IF;
+END
+$$;
 
 -- name: roles_sees_all_orgs
 -- Whether the current user sees every org's jobs: row-level security does not

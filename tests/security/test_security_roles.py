@@ -89,6 +89,9 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         "job_dependencies:INSERT",
         "queues:SELECT",
         "schema_migrations:SELECT",
+        # 0029: the per-type figures, row-level security as jobs (every org's sums: none)
+        "type_stats:SELECT",
+        "type_stats_all_orgs:SELECT",
         *own_org,
     }
     assert _privileges(url, names.enqueue) == tenant_app
@@ -122,6 +125,9 @@ def test_each_role_gets_exactly_what_it_needs(roles: Roles) -> None:
         # 0015: a daemon claims a failed job's on_fail hook by inserting its row
         "fail_hooks:SELECT",
         "fail_hooks:INSERT",
+        # 0029: the per-type figures (the dashboard, as the role that sees every org)
+        "type_stats:SELECT",
+        "type_stats_all_orgs:SELECT",
     }
     # functions PUBLIC may not run: queue administration for the admin role (and the
     # API's role, a member of it), never queue_drop (the owner's); the token lookup

@@ -4,7 +4,8 @@ Pages are rendered on the server. Reads are the operations of ``jobsd.ops`` as t
 viewer's caller, through ``ApiBackend.read``: an org's session sees its org only, an
 operator's every org. A filter is checked as the API checks it
 (``schemas.check_job_filters``): bad input is a 400 page, never a database error.
-The routes are assembled here: login (``web``), pages, actions (``actions``).
+The routes are assembled here: login (``web``), pages, actions (``actions``),
+schedules (``schedules_page``), job types (``types_page``).
 
 With a read replica the pages are read there (``ApiBackend.read_lagging``; the page
 says so, with its delay), except the page an action sends its viewer to (``?done=``):
@@ -28,6 +29,8 @@ from jobsd.http.schemas import check_job_filters
 from jobsd.http.ui import views
 from jobsd.http.ui.actions import add_actions
 from jobsd.http.ui.bulk import add_bulk, bulk_offer
+from jobsd.http.ui.schedules_page import add_schedule_pages
+from jobsd.http.ui.types_page import add_type_pages
 from jobsd.http.ui.web import Ui, Viewer, add_login_routes, headers, job_id_of
 from jobsd.models import JobView
 from jobsd.ops import Act, may
@@ -193,4 +196,6 @@ def ui_router(backend: ApiBackend) -> APIRouter:
     router.add_api_route("/jobs/{job_id}/live", ui.page(job_json), methods=["GET"])
     add_actions(router, ui)
     add_bulk(router, ui)
+    add_schedule_pages(router, ui)
+    add_type_pages(router, ui)
     return router
