@@ -44,6 +44,7 @@ async def test_retry_all_failed_jobs_from_the_jobs_page(
         await b.goto("/ui/jobs?status=failed&type=send_mail")
         button = b.page.get_by_role("button", name="Retry all 5 matching")
         assert await button.count() == 1
+        await b.shot("jobs-bulk-offer")
         await button.click()  # the confirmation is accepted (Browser answers yes)
         await b.page.wait_for_url(base + "/ui/bulk/retry")
         summary = await b.page.locator("[data-bulk-summary]").inner_text()
