@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -60,45 +60,27 @@ class JobsdCollector(Collector):
         self._running = None
         if not backend.started:
             return
-        try:
-            self._depth = await backend.probes.get(
-                "queue depth",
-                lambda: backend.probe_read(
-                    "queue depth", api.queue_depth, timeout_s=backend.http.ready_timeout
-                ),
-            )
-        except (BackendUnavailable, DatabaseError) as exc:
-            log.warning("metrics.depth_unavailable", extra={"error": str(exc)})
+        timeout_s = backend.http.ready_timeout
+        self._depth = await self._probe(
+            "queue depth", "metrics.depth_unavailable", api.queue_depth, timeout_s=timeout_s
+        )
+        if self._depth is None:
             return
-        try:
-            self._ages = await backend.probes.get(
-                "oldest queued age",
-                lambda: backend.probe_read(
-                    "oldest queued age",
-                    api.queue_oldest_age,
-                    timeout_s=backend.http.ready_timeout,
-                ),
-            )
-        except (BackendUnavailable, DatabaseError) as exc:
-            log.warning("metrics.oldest_age_unavailable", extra={"error": str(exc)})
-        try:
-            self._notify_usage = await backend.probes.get(
-                "notify queue usage",
-                lambda: backend.probe_read(
-                    "notify queue usage",
-                    api.notify_queue_usage,
-                    timeout_s=backend.http.ready_timeout,
-                ),
-            )
-        except (BackendUnavailable, DatabaseError) as exc:
-            log.warning("metrics.notify_usage_unavailable", extra={"error": str(exc)})
-        try:
-            self._running = await backend.probes.get(
-                "running health",
-                lambda: backend.probe_read("running health", handlers.running_health),
-            )
-        except (BackendUnavailable, DatabaseError) as exc:
-            log.warning("metrics.running_health_unavailable", extra={"error": str(exc)})
+        self._ages = await self._probe(
+            "oldest queued age",
+            "metrics.oldest_age_unavailable",
+            api.queue_oldest_age,
+            timeout_s=timeout_s,
+        )
+        self._notify_usage = await self._probe(
+            "notify queue usage",
+            "metrics.notify_usage_unavailable",
+            api.notify_queue_usage,
+            timeout_s=timeout_s,
+        )
+        self._running = await self._probe(
+            "running health", "metrics.running_health_unavailable", handlers.running_health
+        )
         try:
             infos = await backend.read("schedule counters", schedules.info)
         except (BackendUnavailable, DatabaseError) as exc:
@@ -108,6 +90,18 @@ class JobsdCollector(Collector):
             (i.id, {"fired": i.fired, "refused": i.refused, "late": i.late, "skipped": i.skipped})
             for i in infos
         ]
+
+    async def _probe(
+        self, name: str, event: str, read: Callable[..., Awaitable[Any]], **kwargs: Any
+    ) -> Any:
+        """Return ``read(conn, **kwargs)`` run on the probes' connection (cached by
+        ``probes``), or None, logged as ``event``, when the database did not answer."""
+        backend = self.backend
+        try:
+            return await backend.probes.get(name, lambda: backend.probe_read(name, read, **kwargs))
+        except (BackendUnavailable, DatabaseError) as exc:
+            log.warning(event, extra={"error": str(exc)})
+            return None
 
     def collect(self) -> Iterable[Metric]:
         """Yield the metric families."""
