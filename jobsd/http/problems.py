@@ -38,6 +38,7 @@ from jobsd.errors import (
     ResolveRefused,
     RetryRefused,
     UnknownQueue,
+    UnknownSchedule,
 )
 from jobsd.http.schemas import ErrorOut
 
@@ -85,6 +86,7 @@ _DESCRIPTIONS = {
 _REFUSALS: tuple[tuple[type[Exception], int, Any], ...] = (
     (JobNotFound, 404, "job_not_found"),
     (UnknownQueue, 404, "queue_not_found"),
+    (UnknownSchedule, 404, "schedule_not_found"),
     (Forbidden, 403, "admin_required"),
     (CancelRefused, 409, lambda e: f"job_{e.why}"),
     (RetryRefused, 409, lambda e: f"job_{e.why}"),

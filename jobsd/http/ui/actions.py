@@ -17,7 +17,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from jobsd.errors import JobsdError
-from jobsd.http.problems import refusal
 from jobsd.http.ui.web import Ui, Viewer, back_to_job, headers, job_id_of
 from jobsd.ops import AsyncConn, Caller
 from jobsd.ops.cancel import cancel_job
@@ -33,12 +32,7 @@ log = logging.getLogger(__name__)
 def add_actions(router: APIRouter, ui: Ui) -> None:
     """Add the job and queue actions to the /ui router."""
 
-    def refused(request: Request, viewer: Viewer, exc: JobsdError) -> Response:
-        """Show an operation's refusal with the API's status for it."""
-        found = refusal(exc)
-        if found is None:
-            raise exc
-        return ui.error_page(request, viewer, found[0], str(exc))
+    refused = ui.refused
 
     async def cancel(request: Request, viewer: Viewer) -> Response:
         job_id = job_id_of(request)

@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from jobsd.errors import Forbidden, UnknownSchedule
+from jobsd.errors import JobsdError
 from jobsd.http.ui.web import Ui, Viewer, headers
 from jobsd.ops import AsyncConn, Caller
 from jobsd.ops.schedules import list_schedules, pause_schedule, resume_schedule
@@ -59,8 +59,8 @@ def add_schedule_pages(router: APIRouter, ui: Ui) -> None:
                 lambda conn: list_schedules(conn, caller),
                 fresh="done" in request.query_params,
             )
-        except Forbidden as exc:
-            return ui.error_page(request, viewer, 403, str(exc))
+        except JobsdError as exc:
+            return ui.refused(request, viewer, exc)
         now = datetime.now(UTC)
         rows = [ScheduleRow(info, info.next_tick(now)) for info in served.value]
         return ui.render(
@@ -85,10 +85,8 @@ def add_schedule_pages(router: APIRouter, ui: Ui) -> None:
                 await ui.backend.read(
                     f"{verb} of schedule {schedule_id!r}", lambda c: fn(c, caller, schedule_id)
                 )
-            except Forbidden as exc:
-                return ui.error_page(request, viewer, 403, str(exc))
-            except UnknownSchedule as exc:
-                return ui.error_page(request, viewer, 404, str(exc))
+            except JobsdError as exc:
+                return ui.refused(request, viewer, exc)
             log.info(
                 f"ui.schedule_{verb}", extra={"schedule_id": schedule_id, "actor": viewer.actor}
             )

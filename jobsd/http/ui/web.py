@@ -24,8 +24,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from jobsd.errors import BackendUnavailable, DatabaseError
+from jobsd.errors import BackendUnavailable, DatabaseError, JobsdError
 from jobsd.http.backend import ApiBackend, Lagged
+from jobsd.http.problems import refusal
 from jobsd.http.ui.session import COOKIE_NAME, Session, SessionSigner
 from jobsd.http.ui.views import span
 from jobsd.models import JobStatus
@@ -145,6 +146,14 @@ class Ui:
         self, request: Request, viewer: Viewer | None, status: int, message: str
     ) -> Response:
         return self.render(request, "error.html", viewer, status, title="Error", message=message)
+
+    def refused(self, request: Request, viewer: Viewer, exc: JobsdError) -> Response:
+        """Show an operation's refusal with the API's status for it (``refusal``, the
+        one table); anything else is a bug: re-raise it."""
+        found = refusal(exc)
+        if found is None:
+            raise exc
+        return self.error_page(request, viewer, found[0], str(exc))
 
     async def viewer_of(self, request: Request) -> Viewer | None:
         """Return who holds the request's session, or None when it is not live."""
