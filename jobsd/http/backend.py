@@ -155,6 +155,17 @@ class ApiBackend:
         wait_s = limiter.take(key)
         return limiter.retry_after_s(wait_s) if wait_s > 0 else None
 
+    def take_submissions(self, key: str, wanted: int) -> tuple[int, int | None]:
+        """Take up to ``wanted`` submissions from ``key``'s bucket, one by one as
+        ``submission_wait`` does: return how many were taken, and the seconds to wait
+        when the bucket ran dry first (None: all were taken). A bulk retry counts as
+        that many single retries."""
+        for taken in range(wanted):
+            wait_s = self.submission_wait(key)
+            if wait_s is not None:
+                return taken, wait_s
+        return wanted, None
+
     async def read(
         self,
         operation: str,

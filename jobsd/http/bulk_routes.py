@@ -26,9 +26,9 @@ from typing import Annotated, Any, Literal, Self
 from fastapi import APIRouter, Depends, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from jobsd.http.auth import TOKEN_ID_STATE
 from jobsd.http.backend import ApiBackend
 from jobsd.http.problems import endpoint_name, field_error, rate_limited, responses, store_errors
+from jobsd.http.routes import client_key
 from jobsd.http.schemas import OrgFilter, QueueFilter, TypeFilter
 from jobsd.ops import AsyncConn, Caller
 from jobsd.ops.bulk import (
@@ -47,7 +47,6 @@ __all__ = [
     "BulkResolveIn",
     "BulkRetryIn",
     "bulk_router",
-    "take_submissions",
 ]
 
 log = logging.getLogger(__name__)
@@ -165,31 +164,6 @@ class BulkOut(BaseModel):
         return cls.model_validate({**outcome.to_json(), "limit": limit})
 
 
-def _client_key(request: Request, caller: Caller) -> str:
-    """Return the key the submission rate counts by: the request's token, else its org
-    (as ``POST /jobs`` and ``POST /jobs/{id}/retry`` count)."""
-    token_id = getattr(request.state, TOKEN_ID_STATE, None)
-    if token_id is not None:
-        return f"token:{token_id}"
-    return f"org:{caller.org_id}" if caller.org_id is not None else "operator"
-
-
-def take_submissions(backend: ApiBackend, key: str, wanted: int) -> tuple[int, int | None]:
-    """Take up to ``wanted`` submissions from ``key``'s bucket (``JOBSD_SUBMIT_RATE``);
-    return how many were taken, and the seconds to wait when the bucket ran dry first
-    (None: all were taken). Without a rate limit, all are taken."""
-    limiter = backend.submit_limiter
-    if limiter is None:
-        return wanted, None
-    taken = 0
-    while taken < wanted:
-        wait_s = limiter.take(key)
-        if wait_s > 0:
-            return taken, limiter.retry_after_s(wait_s)
-        taken += 1
-    return taken, None
-
-
 def bulk_router(backend: ApiBackend, caller_dependency: Callable[..., Any]) -> APIRouter:
     """Build the bulk endpoints on ``backend``; ``caller_dependency`` returns the
     ``Caller``, as for the jobs endpoints."""
@@ -251,8 +225,8 @@ def bulk_router(backend: ApiBackend, caller_dependency: Callable[..., Any]) -> A
         limit, shown = body.limit, body.limit
         if not body.dry_run and backend.submit_limiter is not None:
             counted = await act("retry", body.model_copy(update={"dry_run": True}), run)
-            key = _client_key(request, caller)
-            limit, wait_s = take_submissions(backend, key, max(1, min(limit, counted.matched)))
+            key = client_key(request, caller)
+            limit, wait_s = backend.take_submissions(key, max(1, min(limit, counted.matched)))
             if limit == 0:
                 assert wait_s is not None
                 log.info("api.rate_limited", extra={"key": key, "org_id": caller.org_id})

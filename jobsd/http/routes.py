@@ -76,7 +76,14 @@ from jobsd.ops.listing import list_jobs as list_op
 from jobsd.ops.resolve import resolve_job as resolve_op
 from jobsd.ops.retry import retry_job as retry_op
 
-__all__ = ["REPLICA_LAG_HEADER", "decode_cursor", "encode_cursor", "jobs_router", "lag_header"]
+__all__ = [
+    "REPLICA_LAG_HEADER",
+    "client_key",
+    "decode_cursor",
+    "encode_cursor",
+    "jobs_router",
+    "lag_header",
+]
 
 log = logging.getLogger(__name__)
 
@@ -398,8 +405,9 @@ def _org_of(caller: Caller) -> str:
     return caller.org_id
 
 
-def _client_key(request: Request, caller: Caller) -> str:
-    """Return the key limits count by: the request's token, else its org."""
+def client_key(request: Request, caller: Caller) -> str:
+    """Return the key the submission rate counts by: the request's token, else its
+    org (every submission: ``POST /jobs``, a retry, a bulk retry)."""
     token_id = getattr(request.state, TOKEN_ID_STATE, None)
     if token_id is not None:
         return f"token:{token_id}"
@@ -409,7 +417,7 @@ def _client_key(request: Request, caller: Caller) -> str:
 def _limit_submissions(backend: ApiBackend, request: Request, caller: Caller) -> None:
     """Take one submission from the token's bucket (429 when empty): a submitted job
     and a retry count alike."""
-    key = _client_key(request, caller)
+    key = client_key(request, caller)
     retry_s = backend.submission_wait(key)
     if retry_s is not None:
         assert backend.submit_limiter is not None
@@ -419,7 +427,7 @@ def _limit_submissions(backend: ApiBackend, request: Request, caller: Caller) ->
 
 def _limit_reads(backend: ApiBackend, request: Request, caller: Caller) -> str:
     """Take one read from the token's bucket (429 when empty); return the token's key."""
-    key = _client_key(request, caller)
+    key = client_key(request, caller)
     limiter = backend.read_limiter
     if limiter is not None:
         wait_s = limiter.take(key)

@@ -24,7 +24,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from jobsd.errors import DatabaseError
-from jobsd.http.bulk_routes import take_submissions
 from jobsd.http.schemas import check_job_filters
 from jobsd.http.ui.views import JobFilter
 from jobsd.http.ui.web import Ui, Viewer
@@ -199,7 +198,7 @@ def add_bulk(router: APIRouter, ui: Ui) -> None:
                     operation, lambda conn: run(conn, caller, _options(filters, dry_run=True))
                 )
                 wanted = max(1, min(MAX_LIMIT, counted.matched))
-                limit, wait_s = take_submissions(ui.backend, f"token:{viewer.grant.id}", wanted)
+                limit, wait_s = ui.backend.take_submissions(f"token:{viewer.grant.id}", wanted)
                 if limit == 0:
                     return ui.error_page(
                         request,
