@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsd.store.db import AsyncConn, db_errors
-from jobsd.store.named import Row, run_named, sql_text
+from jobsd.store.db import AsyncConn, SyncConn, db_errors
+from jobsd.store.named import Row, run_named, run_named_sync, sql_text
 
 __all__ = [
     "Cursor",
@@ -34,6 +34,7 @@ __all__ = [
     "queue_oldest_age",
     "role_bypass",
     "run_for_org",
+    "run_for_org_sync",
     "unhandled_jobs",
 ]
 
@@ -92,6 +93,19 @@ async def run_for_org(
                 await conn.execute(sql_text(setup), setup_params)
             await cur.execute(sql_text(name), params)
         return await cur.fetchall() if cur.description else []
+
+
+def run_for_org_sync(
+    conn: SyncConn, org_id: str | None, name: str, params: dict[str, Any]
+) -> list[Row]:
+    """Run a named query with ``jobsd.org_id`` set, in one transaction; see
+    ``run_for_org`` (sync)."""
+    if org_id is not None and not org_id:
+        raise ValueError("org must be a non-empty string")
+    with conn.transaction():
+        if org_id is not None:
+            run_named_sync(conn, "api_set_org", {"org_id": org_id})
+        return run_named_sync(conn, name, params)
 
 
 @dataclass(frozen=True, slots=True)

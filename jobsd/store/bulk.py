@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
-from jobsd.store.api import run_for_org
+from jobsd.store.api import run_for_org, run_for_org_sync
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
-from jobsd.store.named import Row, run_named_sync
+from jobsd.store.named import Row
 
 __all__ = ["BulkAnswer", "BulkArgs", "run_bulk", "run_bulk_sync"]
 
@@ -86,8 +86,6 @@ async def run_bulk(conn: AsyncConn, statement: Statement, args: BulkArgs) -> Bul
 
 def run_bulk_sync(conn: SyncConn, statement: Statement, args: BulkArgs) -> BulkAnswer:
     """Run one bulk action; see ``run_bulk`` (sync)."""
-    with db_errors(f"{statement.replace('_', ' ')} of jobs"), conn.transaction():
-        if args.scope is not None:
-            run_named_sync(conn, "api_set_org", {"org_id": args.scope})
-        rows = run_named_sync(conn, statement, args.params())
+    with db_errors(f"{statement.replace('_', ' ')} of jobs"):
+        rows = run_for_org_sync(conn, args.scope, statement, args.params())
     return _answer(rows)

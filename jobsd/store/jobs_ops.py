@@ -18,7 +18,7 @@ from psycopg import sql
 
 from jobsd.errors import DatabaseError, JobNotFound
 from jobsd.models import Job, JobEvent, JobStatus, JobView
-from jobsd.store.api import Cursor, done_notify_key, done_payload, run_for_org
+from jobsd.store.api import Cursor, done_notify_key, done_payload, run_for_org, run_for_org_sync
 from jobsd.store.connect import connect, connect_async
 from jobsd.store.db import AsyncConn, SyncConn, db_errors
 from jobsd.store.named import Row, run_named_sync
@@ -148,20 +148,8 @@ def list_jobs_sync(conn: SyncConn, **options: Unpack[ListOptions]) -> JobPage:
     """List jobs; see ``list_jobs`` (sync)."""
     params, limit = _list_params(**options)
     with db_errors("listing of jobs"):
-        rows = _run_for_org_sync(conn, options.get("org_id"), _list_statement(options), params)
+        rows = run_for_org_sync(conn, options.get("org_id"), _list_statement(options), params)
     return _page(rows, limit)
-
-
-def _run_for_org_sync(
-    conn: SyncConn, org_id: str | None, name: str, params: dict[str, Any]
-) -> list[Row]:
-    """Run a named statement with ``jobsd.org_id`` set, in one transaction (sync)."""
-    if org_id is not None and not org_id:
-        raise ValueError("org must be a non-empty string")
-    with conn.transaction():
-        if org_id is not None:
-            run_named_sync(conn, "api_set_org", {"org_id": org_id})
-        return run_named_sync(conn, name, params)
 
 
 def _view(rows: list[Row]) -> JobView | None:
@@ -200,7 +188,7 @@ def get_view_sync(conn: SyncConn, job_id: uuid.UUID, org_id: str | None) -> JobV
     """Read a job with its history; see ``get_view`` (sync)."""
     params = {"id": job_id, "org_id": org_id}
     with db_errors(f"read of job {job_id}"):
-        return _view(_run_for_org_sync(conn, org_id, "api_jobs_get", params))
+        return _view(run_for_org_sync(conn, org_id, "api_jobs_get", params))
 
 
 async def status_of(conn: AsyncConn, job_id: uuid.UUID, org_id: str | None) -> JobStatus | None:
@@ -257,9 +245,9 @@ def retry_sync(conn: SyncConn, job_id: uuid.UUID, **args: Unpack[RetryArgs]) -> 
     """Retry a failed or cancelled job as a new job; see ``retry`` (sync)."""
     org_id = args["org_id"]
     with db_errors(f"retry of job {job_id}"), conn.transaction():
-        rows = _run_for_org_sync(conn, org_id, "jobs_retry", {"id": job_id, **args})
+        rows = run_for_org_sync(conn, org_id, "jobs_retry", {"id": job_id, **args})
         outcome, made, read = _retry_read(job_id, rows, org_id)
-        found = _run_for_org_sync(conn, org_id, "jobs_get_in_org", read)
+        found = run_for_org_sync(conn, org_id, "jobs_get_in_org", read)
     return _retry_answer(outcome, made, found)
 
 
@@ -318,7 +306,7 @@ def cancel_sync(
             rows = run_named_sync(conn, "jobs_cancel", params)
         if rows:
             return _cancelled(rows[0])
-        rows = _run_for_org_sync(conn, org_id, "jobs_get_in_org", {"id": job_id, "org_id": org_id})
+        rows = run_for_org_sync(conn, org_id, "jobs_get_in_org", {"id": job_id, "org_id": org_id})
     return CancelAnswer(None, Job.from_row(rows[0]) if rows else None)
 
 
@@ -436,7 +424,7 @@ def wait_job_sync(
     ):
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL)))
         expected = _expected_payload_sync(conn, job_id)
-        job = _visible(job_id, _run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
+        job = _visible(job_id, run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
         while not job.status.terminal:
             left = _left(deadline)
             if left == 0.0:
@@ -444,5 +432,5 @@ def wait_job_sync(
             for note in conn.notifies(timeout=left):
                 if expected is None or note.payload == expected:
                     break
-            job = _visible(job_id, _run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
+            job = _visible(job_id, run_for_org_sync(conn, org_id, "jobs_get", params), org_id)
     return job
