@@ -64,3 +64,14 @@ class Caller:
     def scope(self) -> str | None:
         """Return the org whose jobs the caller sees, or None: every org's."""
         return self.org_id
+
+    def org_to_read(self, org_id: str | None) -> tuple[bool, str | None]:
+        """Return whether the caller may read what a filter by ``org_id`` asks for, and
+        the org to read (None: every org's): an operator reads what it asks for, an
+        org's caller its own org, and nothing of another org (an empty answer, as for
+        an org with no jobs)."""
+        if self.operator:
+            return True, org_id
+        if org_id is not None and org_id != self.org_id:
+            return False, None
+        return True, self.org_id

@@ -15,12 +15,10 @@ __all__ = ["Cursor", "JobPage", "ListOptions", "list_jobs", "list_jobs_sync"]
 def _scoped(caller: Caller, options: ListOptions) -> ListOptions | None:
     """Return the options with the caller's org; None when they ask for another org's
     jobs, which an org's caller never sees (an empty page, as for an org with none)."""
-    if caller.operator:
-        return options
-    wanted = options.get("org_id")
-    if wanted is not None and wanted != caller.org_id:
+    allowed, org_id = caller.org_to_read(options.get("org_id"))
+    if not allowed:
         return None
-    return {**options, "org_id": caller.org_id}
+    return options if caller.operator else {**options, "org_id": org_id}
 
 
 async def list_jobs(conn: AsyncConn, caller: Caller, **options: Unpack[ListOptions]) -> JobPage:

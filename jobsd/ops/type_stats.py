@@ -143,16 +143,6 @@ class TypeStats:
     minutes: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def _scope(caller: Caller, org_id: str | None) -> tuple[bool, str | None]:
-    """Return whether the caller may see the figures asked for, and the org to read
-    (None: every org): an org's caller asking for another org sees nothing."""
-    if caller.operator:
-        return True, org_id
-    if org_id is not None and org_id != caller.org_id:
-        return False, None
-    return True, caller.org_id
-
-
 async def read_type_stats(
     conn: AsyncConn,
     caller: Caller,
@@ -164,7 +154,7 @@ async def read_type_stats(
     """Return the figures of every type that ended a job over the last day (or of
     ``type`` only), by type name, as ``caller`` may see them; ``org_id`` narrows an
     operator's to one org. ``now`` None is the database's clock."""
-    allowed, org = _scope(caller, org_id)
+    allowed, org = caller.org_to_read(org_id)
     if not allowed:
         return []
     found: dict[str, TypeStats] = {}
