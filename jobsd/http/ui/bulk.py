@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, assert_never
 from urllib.parse import urlencode
 
@@ -25,7 +24,7 @@ from fastapi.responses import Response
 
 from jobsd.errors import DatabaseError
 from jobsd.http.schemas import check_job_filters
-from jobsd.http.ui.views import JobFilter
+from jobsd.http.ui.views import JobFilter, parse_time
 from jobsd.http.ui.web import Ui, Viewer
 from jobsd.models import JobStatus
 from jobsd.ops import AsyncConn, Caller
@@ -147,17 +146,6 @@ async def bulk_offer(
     return BulkOffer(action, counted.matched, counted.remaining, fields)
 
 
-def _utc(text: str | None) -> datetime | None:
-    """Read a filter time as the jobs page reads it (naive: UTC)."""
-    if not text:
-        return None
-    value = datetime.fromisoformat(text)
-    try:
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-    except OverflowError:
-        raise ValueError(f"{value.isoformat()} is out of range") from None
-
-
 def _filter_of(form: dict[str, str]) -> JobFilter:
     """Read the form's filter as the jobs page reads its query (ValueError when bad)."""
     checked = check_job_filters(
@@ -167,7 +155,11 @@ def _filter_of(form: dict[str, str]) -> JobFilter:
         org_id=form.get("org"),
     )
     chosen: dict[str, Any] = checked.model_dump(exclude={"cursor"})
-    return JobFilter(**chosen, since=_utc(form.get("since")), until=_utc(form.get("until")))
+    return JobFilter(
+        **chosen,
+        since=parse_time(form.get("since")),
+        until=parse_time(form.get("until")),
+    )
 
 
 def add_bulk(router: APIRouter, ui: Ui) -> None:

@@ -15,7 +15,6 @@ that one shows the change just made, so it is read on the primary.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
@@ -42,19 +41,6 @@ __all__ = ["PAGE_SIZE", "ui_router"]
 PAGE_SIZE = 50
 # failed jobs the overview lists
 FAILURES = 10
-
-
-def _utc(value: datetime) -> datetime:
-    """Return ``value`` in UTC (naive: taken as UTC); ValueError when UTC cannot hold it."""
-    try:
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-    except OverflowError:  # e.g. 0001-01-01T00:00+01:00: before the year 1 in UTC
-        raise ValueError(f"{value.isoformat()} is out of range") from None
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    """Read a filter time (ISO 8601, e.g. from <input type=datetime-local>) as UTC."""
-    return _utc(datetime.fromisoformat(text)) if text else None
 
 
 def _after_action(request: Request) -> bool:
@@ -111,8 +97,8 @@ def ui_router(backend: ApiBackend) -> APIRouter:
             )
             after = decode_cursor(checked.cursor) if checked.cursor else None
             if after is not None:
-                after = replace(after, created_at=_utc(after.created_at))
-            since, until = _parse_time(q.get("since")), _parse_time(q.get("until"))
+                after = replace(after, created_at=views.utc(after.created_at))
+            since, until = views.parse_time(q.get("since")), views.parse_time(q.get("until"))
         except ValueError as exc:
             return ui.error_page(request, viewer, 400, f"bad filter: {exc}")
         chosen = checked.model_dump(exclude={"cursor"})

@@ -17,7 +17,7 @@ from fastapi.responses import Response
 
 from jobsd.http.schemas import check_job_filters
 from jobsd.http.ui import views
-from jobsd.http.ui.views import _bars as minute_bars
+from jobsd.http.ui.views import minute_bars
 from jobsd.http.ui.web import Ui, Viewer
 from jobsd.ops.type_stats import TypeStats, Window, read_type_stats
 

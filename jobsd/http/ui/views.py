@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from jobsd.models import (
@@ -33,10 +33,26 @@ __all__ = [
     "QueueRow",
     "job_page",
     "jobs_page",
+    "minute_bars",
+    "parse_time",
     "progress_of",
     "queue_rows",
     "span",
+    "utc",
 ]
+
+
+def utc(value: datetime) -> datetime:
+    """Return ``value`` in UTC (naive: taken as UTC); ValueError when UTC cannot hold it."""
+    try:
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00+01:00: before the year 1 in UTC
+        raise ValueError(f"{value.isoformat()} is out of range") from None
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """Read a filter time (ISO 8601, e.g. from <input type=datetime-local>) as UTC."""
+    return utc(datetime.fromisoformat(text)) if text else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +113,7 @@ CHART_HEIGHT = 32
 BAR_WIDTH = 3
 
 
-def _bars(per_minute: dict[int, tuple[int, int]]) -> list[Bar]:
+def minute_bars(per_minute: dict[int, tuple[int, int]]) -> list[Bar]:
     """Scale minute counts (minutes_ago -> (succeeded, failed)) to bars, oldest on the left."""
     peak = max((ok + bad for ok, bad in per_minute.values()), default=0)
     bars: list[Bar] = []
@@ -148,7 +164,7 @@ def queue_rows(overview: Overview) -> list[QueueRow]:
         row.failed_1h += bad
         per_queue.setdefault(row.name, {})[int(m["minutes_ago"])] = (ok, bad)
     for name, per_minute in per_queue.items():
-        rows[name].bars = _bars(per_minute)
+        rows[name].bars = minute_bars(per_minute)
     return list(rows.values())
 
 
