@@ -10,7 +10,14 @@ from typing import Any
 from jobsd.jsonsafe import ERROR_MAX_BYTES, cap_error, encode_object, error_record
 
 # ERROR_MAX_BYTES and cap_error live in jsonsafe (the one 2 KiB cap); re-exported here
-__all__ = ["ERROR_MAX_BYTES", "Outcome", "cap_error", "error_record_of", "failure"]
+__all__ = [
+    "ERROR_MAX_BYTES",
+    "Outcome",
+    "cap_error",
+    "error_cause_of",
+    "error_record_of",
+    "failure",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,16 @@ def error_record_of(outcome: Outcome) -> dict[str, Any] | None:
     if outcome.record is not None:
         return outcome.record
     return error_record(outcome.error, cause=outcome.reason or "error")
+
+
+def error_cause_of(outcome: Outcome) -> str | None:
+    """Return the cause of the error record ``error_record_of`` gives ``outcome``
+    without building the record; None when it gives none."""
+    if outcome.error is None:
+        return None
+    if outcome.record is not None:
+        return str(outcome.record["cause"])
+    return outcome.reason or "error"
 
 
 def _text(value: Any) -> str | None:

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobsd.worker.outcome import Outcome, error_record_of
+from jobsd.worker.outcome import Outcome, error_cause_of
 
 __all__ = [
     "ERROR_CAUSES",
@@ -57,10 +57,9 @@ def error_cause(outcome: Outcome) -> str | None:
     the error record its write appends to the job (``jobs.errors``), within the fixed
     set of ERROR_CAUSES (else OTHER_CAUSE); None when it appends none (it succeeded,
     was cancelled on request, or was put back in its queue unharmed by a stop)."""
-    record = error_record_of(outcome)
-    if record is None:
+    cause = error_cause_of(outcome)
+    if cause is None:
         return None
-    cause = record.get("cause")
     return cause if cause in ERROR_CAUSES else OTHER_CAUSE
 
 
