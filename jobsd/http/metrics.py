@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -196,9 +196,7 @@ class JobsdCollector(Collector):
             "Runs of this daemon that ended in an error (retried or not), by type and cause.",
             labels=["type", "cause"],
         )
-        # as run_s below: read where the daemon's stats have it (DaemonStats.errors)
-        by_cause: Mapping[tuple[str, str], int] = getattr(stats, "errors", None) or {}
-        for (type_, cause), count in sorted(by_cause.items()):
+        for (type_, cause), count in sorted(stats.errors.items()):
             errors.add_metric([type_, cause], count)
         yield errors
         yield CounterMetricFamily(

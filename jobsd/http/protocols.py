@@ -55,6 +55,11 @@ class StatsView(Protocol):
         ...
 
     @property
+    def errors(self) -> Mapping[tuple[str, str], int]:
+        """Return runs that ended in an error, by (type, cause)."""
+        ...
+
+    @property
     def discarded(self) -> int:
         """Return outcomes dropped because the lease was lost."""
         ...
