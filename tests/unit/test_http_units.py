@@ -122,6 +122,7 @@ class FakeStats:
     finished: Counter[tuple[str, str]] = field(
         default_factory=lambda: Counter({("t", "succeeded"): 3, ("t", "failed"): 1})
     )
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
     discarded: int = 0
     given_back: int = 2
     wakeups: Counter[str] = field(default_factory=lambda: Counter({"notify": 2, "poll": 5}))
