@@ -28,7 +28,7 @@ import anyio
 import psycopg
 from daemon_cases import case_drain, case_latency
 from enqueue_cases import case_bulk, case_concurrent, case_floor, case_server_side, case_single
-from libs import LIBRARIES
+from libs import LIBRARIES, PEER_ADAPTERS
 from measure import Latency, Rate, Sizes, nearest_rank, onoff, table
 from probe import Probe
 from server import BenchServer, ServerInfo
@@ -358,16 +358,23 @@ def _versions(names: list[str]) -> str:
         except importlib.metadata.PackageNotFoundError:
             return f"{name} ?"
 
-    return ", ".join(one(n) for n in names)
+    # an adapter named <library>_<driver> runs that library's release
+    return ", ".join(one(n) for n in dict.fromkeys(n.split("_")[0] for n in names))
 
 
 def _peer_list(text: str) -> list[str]:
+    """The adapters the named peers stand for: pgqueuer is run on asyncpg and on psycopg."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     known = [lib for lib in LIBRARIES if lib != "jobsd"]
+    adapters: list[str] = []
     for name in names:
-        if name not in known:
+        if name in PEER_ADAPTERS:
+            adapters.extend(PEER_ADAPTERS[name])
+        elif name in known:
+            adapters.append(name)
+        else:
             raise argparse.ArgumentTypeError(f"unknown peer {name!r}; known: {', '.join(known)}")
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(adapters))
 
 
 def log(text: str) -> None:

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 
-__all__ = ["uuid7"]
+__all__ = ["uuid7", "uuid7_ints", "uuid_of_int"]
 
 _NS_PER_MS = 1_000_000
 _FRACTION_STEPS = 4096  # 12 bits of sub-millisecond fraction
@@ -78,3 +78,29 @@ def _uuid_from_int(value: int) -> uuid.UUID:
     _set_slot(made, "int", value)
     _set_slot(made, "is_safe", _SAFE_UNKNOWN)
     return made
+
+
+def uuid7_ints(n: int) -> list[int]:
+    """Return ``n`` new UUIDv7 as integers, increasing, greater than every id this process
+    made before: ``uuid7`` for a batch, the lock taken and the clock read once (a batch
+    of a thousand ids takes a quarter of a millisecond of fraction steps)."""
+    global _last_stamp
+    if n <= 0:
+        return []
+    ms, sub_ms = divmod(time.time_ns(), _NS_PER_MS)
+    stamp = (ms << 12) | (sub_ms * _FRACTION_STEPS // _NS_PER_MS)
+    randoms = struct.unpack(f">{n}Q", os.urandom(8 * n))
+    with _lock:
+        first = max(stamp, _last_stamp + 1)
+        _last_stamp = first + n - 1
+    ids = []
+    for k in range(n):
+        s = first + k
+        high = ((s >> 12) & _MS_MASK) << 16 | _VERSION | (s & 0xFFF)
+        ids.append((high << 64) | _VARIANT | (randoms[k] & _RANDOM_MASK))
+    return ids
+
+
+def uuid_of_int(value: int) -> uuid.UUID:
+    """Return the ``uuid.UUID`` of a 128-bit integer made by ``uuid7_ints``."""
+    return _uuid_from_int(value)

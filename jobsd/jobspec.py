@@ -16,11 +16,18 @@ from typing import Any, TypedDict, Unpack
 
 from pydantic import BaseModel
 
-from jobsd.ids import uuid7
-from jobsd.jsonsafe import dump_model, encode_object
+from jobsd.ids import uuid7, uuid7_ints
+from jobsd.jsonsafe import dump_model, encode_object, encode_objects
 from jobsd.tracing import current_trace_context
 
-__all__ = ["MAX_DEPENDENCIES", "PRIORITY_MAX", "PRIORITY_MIN", "EnqueueOptions", "JobSpec"]
+__all__ = [
+    "MAX_DEPENDENCIES",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "BatchSpec",
+    "EnqueueOptions",
+    "JobSpec",
+]
 
 # Bounds of a job's priority (lower runs first) and of its dependency list.
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
@@ -66,6 +73,30 @@ def _has_utf8_form(text: str) -> bool:
     return True
 
 
+def _check_type_and_org(type: str, org_id: str) -> None:
+    """Refuse a type or org_id the database's CHECKs would refuse, before any SQL."""
+    if not type or len(type) > 200:
+        raise ValueError("job type must be a non-empty string of at most 200 characters")
+    # 63 characters are at most 252 bytes: only a longer org_id needs encoding
+    if not org_id or (len(org_id) > 63 and len(org_id.encode("utf-8", "surrogatepass")) > 255):
+        raise ValueError("org_id must be a non-empty string of at most 255 bytes")
+    _check_storable("type", type)
+    _check_storable("org_id", org_id)
+
+
+def _check_run_after_and_priority(run_after: datetime | None, priority: Any) -> None:
+    if run_after is not None and run_after.tzinfo is None:
+        raise ValueError("run_after must be timezone-aware")
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not PRIORITY_MIN <= priority <= PRIORITY_MAX
+    ):
+        raise ValueError(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, got {priority!r}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job to create, checked and serialized."""
@@ -107,14 +138,7 @@ class JobSpec:
             unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
             if unknown:
                 raise TypeError(f"unknown enqueue option {unknown[0]!r}")
-        # the database's CHECKs (migration 0011), refused here before any SQL
-        if not type or len(type) > 200:
-            raise ValueError("job type must be a non-empty string of at most 200 characters")
-        # 63 characters are at most 252 bytes: only a longer org_id needs encoding
-        if not org_id or (len(org_id) > 63 and len(org_id.encode("utf-8", "surrogatepass")) > 255):
-            raise ValueError("org_id must be a non-empty string of at most 255 bytes")
-        _check_storable("type", type)
-        _check_storable("org_id", org_id)
+        _check_type_and_org(type, org_id)
         if not options:
             # every option at its default, which passes every check below (a bulk
             # enqueue builds a thousand of these): positional, in field order
@@ -143,18 +167,8 @@ class JobSpec:
         if dedup_key is not None and len(dedup_key) > 512:
             raise ValueError("dedup_key must be at most 512 characters")
         run_after = options.get("run_after")
-        if run_after is not None and run_after.tzinfo is None:
-            raise ValueError("run_after must be timezone-aware")
         priority = options.get("priority", 0)
-        if (
-            not isinstance(priority, int)
-            or isinstance(priority, bool)
-            or not PRIORITY_MIN <= priority <= PRIORITY_MAX
-        ):
-            raise ValueError(
-                f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, "
-                f"got {priority!r}"
-            )
+        _check_run_after_and_priority(run_after, priority)
         concurrency_key = options.get("concurrency_key")
         if concurrency_key is not None and (
             not concurrency_key or len(concurrency_key.encode("utf-8", "surrogatepass")) > 255
@@ -220,3 +234,55 @@ def _dependency_ids(depends_on: Iterable[uuid.UUID | str]) -> tuple[uuid.UUID, .
     if len(ids) > MAX_DEPENDENCIES:
         raise ValueError(f"depends_on: at most {MAX_DEPENDENCIES} jobs, got {len(ids)}")
     return tuple(ids)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """Many jobs of one type, org, queue, priority and start time, checked and
+    serialized: one id (a UUIDv7, as an integer) and one payload text per job."""
+
+    ids: list[int]
+    type: str
+    org_id: str
+    queue: str
+    payload_texts: list[str]
+    priority: int
+    run_after: datetime | None
+    trace_context: str | None
+
+    @classmethod
+    def build(
+        cls,
+        type: str,
+        payloads: Iterable[dict[str, Any] | BaseModel | None],
+        *,
+        org_id: str,
+        queue: str = "default",
+        priority: int = 0,
+        run_after: datetime | None = None,
+        max_payload_bytes: int | None = None,
+    ) -> BatchSpec:
+        """Check and serialize a batch (raises InvalidPayload naming the payload's
+        position, PayloadTooLarge, ValueError); the same checks as ``JobSpec.build``."""
+        _check_type_and_org(type, org_id)
+        _check_storable("queue", queue)
+        _check_run_after_and_priority(run_after, priority)
+        values = [
+            {} if p is None else dump_model(p) if isinstance(p, BaseModel) else p for p in payloads
+        ]
+        texts = encode_objects(values, what="payload", max_bytes=max_payload_bytes)
+        return cls(
+            uuid7_ints(len(texts)),
+            type,
+            org_id,
+            queue,
+            texts,
+            priority,
+            run_after,
+            current_trace_context(),
+        )
+
+    @property
+    def operation(self) -> str:
+        """Name the enqueue in error messages."""
+        return f"bulk enqueue of {len(self.ids)} {self.type!r} jobs into queue {self.queue!r}"

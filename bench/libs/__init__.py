@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-__all__ = ["LIBRARIES", "Setting", "adapter"]
+__all__ = ["LIBRARIES", "PEER_ADAPTERS", "Setting", "adapter"]
 
-LIBRARIES = ("jobsd", "pgqueuer", "procrastinate")
+LIBRARIES = ("jobsd", "pgqueuer", "pgqueuer_psycopg", "procrastinate")
+# a peer named on the command line and the adapters it stands for: pgqueuer runs on
+# both of its drivers, so that each ratio reads against the same driver as jobsd too
+PEER_ADAPTERS = {"pgqueuer": ("pgqueuer", "pgqueuer_psycopg"), "procrastinate": ("procrastinate",)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""jobsd in the side-by-side cases: Client.enqueue / enqueue_many, the daemon in a child.
+"""jobsd in the side-by-side cases: Client.enqueue / enqueue_batch, the daemon in a child.
 
 The child runs ``run_daemon`` (what ``jobsd run`` runs after its schema check) with the
 bench handler registered in the default registry; SIGTERM stops it gracefully.
@@ -39,9 +39,7 @@ class Producer:
         await self.client.enqueue(TYPE, {"i": i}, org_id=ORG)
 
     async def enqueue_many(self, numbers: Sequence[int]) -> None:
-        await self.client.enqueue_many(
-            [jobsd.client.JobSpec.build(TYPE, {"i": i}, org_id=ORG) for i in numbers]
-        )
+        await self.client.enqueue_batch(TYPE, [{"i": i} for i in numbers], org_id=ORG)
 
 
 @asynccontextmanager

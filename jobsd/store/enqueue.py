@@ -49,6 +49,7 @@ from jobsd.store.named import Row, run_named, run_named_sync, run_named_tuples, 
 
 __all__ = [
     "BULK_COPY_MIN_JOBS",
+    "COPY_REFUSED",
     "Plan",
     "Statement",
     "enqueue",
@@ -64,7 +65,7 @@ __all__ = [
 # about 200 jobs the three more round trips of the transaction cost more than COPY saves).
 BULK_COPY_MIN_JOBS = 500
 # Connections whose role is under row-level security, where COPY FROM does not run.
-_COPY_REFUSED: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
+COPY_REFUSED: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
 # Re-inserts after the dedup holder released its key between conflict and re-read.
 _DEDUP_TRIES = 3
 # Attempts of one enqueue on jobsd's own pool when the connection drops.
@@ -366,7 +367,7 @@ async def enqueue_many(pool: AsyncPool, specs: Sequence[JobSpec]) -> list[Job]:
 
 async def _insert_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | None:
     """Insert jobs whose ids should be new; None when one of them is in already."""
-    if len(specs) >= BULK_COPY_MIN_JOBS and conn not in _COPY_REFUSED:
+    if len(specs) >= BULK_COPY_MIN_JOBS and conn not in COPY_REFUSED:
         try:
             jobs = await _copy_fresh(conn, specs)
         except psycopg.errors.UniqueViolation as exc:
@@ -392,7 +393,7 @@ async def _copy_fresh(conn: AsyncConn, specs: Sequence[JobSpec]) -> list[Job] | 
     async with conn.transaction():
         ((now, row_security),) = await run_named_tuples(conn, "jobs_copy_start", {})
         if row_security:
-            _COPY_REFUSED.add(conn)
+            COPY_REFUSED.add(conn)
             return None
         run_afters = [now if s.run_after is None else s.run_after for s in specs]
         statuses = ["scheduled" if at > now else "queued" for at in run_afters]

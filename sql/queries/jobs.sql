@@ -560,3 +560,25 @@ LIMIT %(limit)s;
 -- name: jobs_unhandled
 -- Queued jobs of types no live daemon handles, by queue and type (migration 0014).
 SELECT queue, type, jobs FROM jobsd.unhandled_jobs();
+
+-- name: jobs_copy_batch
+-- A batch of one type, org, queue and priority (jobsd.store.enqueue_batch), in one
+-- autocommit statement, all or nothing: the rows are built by the client in COPY's
+-- text format, with fresh ids; status, run_after and created_at take their defaults
+-- (queued, now). The insert triggers run as for an INSERT. An unknown queue fails it
+-- through the queue's foreign key.
+COPY jobsd.jobs (id, org_id, type, queue, priority, trace_context, payload) FROM STDIN;
+
+-- name: jobs_insert_batch
+-- The same batch as one INSERT: a small one, one with a start time (the status is
+-- decided against the statement's now()), or where COPY does not run (row-level
+-- security applies to the role).
+INSERT INTO jobsd.jobs (id, org_id, type, queue, status, payload, run_after, priority,
+                        trace_context)
+SELECT b.id, %(org_id)s, %(type)s, %(queue)s,
+       CASE WHEN %(run_after)s::timestamptz > now() THEN 'scheduled' ELSE 'queued' END,
+       b.payload, coalesce(%(run_after)s::timestamptz, now()), %(priority)s,
+       %(trace_context)s::jsonb
+FROM unnest(%(ids)s::uuid[], %(payloads)s::text[]::jsonb[]) WITH ORDINALITY
+     AS b(id, payload, ord)
+ORDER BY b.ord;

@@ -28,6 +28,7 @@ from jobsd.registry import Registry
 from jobsd.settings import Settings
 from jobsd.store import queries
 from jobsd.store.enqueue import BULK_COPY_MIN_JOBS
+from jobsd.store.enqueue_batch import BATCH_COPY_MIN_JOBS
 from jobsd.store.migrate import migrate_sync, migration_status_sync
 
 from .conftest import FAST, Roles, wait_until
@@ -315,6 +316,23 @@ async def test_a_bulk_enqueue_under_row_level_security_inserts_instead_of_copyin
     async with await psycopg.AsyncConnection.connect(roles.db_url) as admin:
         cur = await admin.execute("SELECT org_id, count(*) FROM jobsd.jobs GROUP BY org_id")
         assert await cur.fetchall() == [("acme", size)]
+
+
+@pytest.mark.anyio
+async def test_a_batch_enqueue_under_row_level_security_inserts_instead_of_copying(
+    roles: Roles,
+) -> None:
+    size = BATCH_COPY_MIN_JOBS
+    async with jobsd.Client(roles.url("enqueue", org="acme")) as client:
+        first = await client.enqueue_batch("t", [{"i": i} for i in range(size)], org_id="acme")
+        second = await client.enqueue_batch("t", [{}] * size, org_id="acme")  # known by now
+        with pytest.raises(DatabaseError, match="violates row-level security policy"):
+            await client.enqueue_batch("t", [{}] * size, org_id="other")
+    async with await psycopg.AsyncConnection.connect(roles.db_url) as admin:
+        cur = await admin.execute("SELECT id FROM jobsd.jobs WHERE org_id = 'acme' ORDER BY id")
+        assert [r[0] for r in await cur.fetchall()] == first + second
+        cur = await admin.execute("SELECT count(*) FROM jobsd.jobs WHERE org_id <> 'acme'")
+        assert await cur.fetchone() == (0,)
 
 
 @pytest.mark.anyio
