@@ -18,68 +18,24 @@ from typing import Any
 
 import psycopg
 from common import DEFAULT_URL, backend_cpu, lsn, median, scratch
-from insert_cost import DEDUP_PARTIAL, _many_params
+from insert_cost import _many_params
 
 from jobsd.store.sqlfiles import load_queries
 
-HISTORY_STMT = """
-DROP TRIGGER jobs_history_update ON jobsd.jobs;
-CREATE FUNCTION jobsd.exp_history_update() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO jobsd.job_events (job_id, org_id, from_status, to_status, attempt, worker_id, reason)
-  SELECT n.id, n.org_id, o.status, n.status, n.attempts,
-         coalesce(nullif(current_setting('jobsd.actor', true), ''), n.worker_id), n.reason
-  FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
-  WHERE o.status IS DISTINCT FROM n.status;
-  RETURN NULL;
-END $$;
-CREATE TRIGGER jobs_history_update AFTER UPDATE ON jobsd.jobs
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION jobsd.exp_history_update();
-"""
-
-NOTIFY_DONE_STMT = """
-DROP TRIGGER jobs_notify_done ON jobsd.jobs;
-CREATE FUNCTION jobsd.exp_notify_done() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  -- one notification per statement, the ids in the payload (8000 bytes at most:
-  -- a real version would split)
-  PERFORM pg_notify('jobsd_done', string_agg(n.id::text, ','))
-  FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
-  WHERE n.status IN ('succeeded', 'failed', 'cancelled') AND o.status IS DISTINCT FROM n.status
-  HAVING count(*) > 0;
-  RETURN NULL;
-END $$;
-CREATE TRIGGER jobs_notify_done AFTER UPDATE ON jobsd.jobs
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION jobsd.exp_notify_done();
-"""
-
 VARIANTS: dict[str, str] = {
     "base": "",
+    "no history trigger": "DROP TRIGGER jobs_history_update_stmt ON jobsd.jobs;",
     "no notify_done trigger": "DROP TRIGGER jobs_notify_done ON jobsd.jobs;",
-    "notify_done once per statement": NOTIFY_DONE_STMT,
-    "no history trigger": "DROP TRIGGER jobs_history_update ON jobsd.jobs;",
-    "history once per statement (transition tables)": HISTORY_STMT,
-    "no check_transition trigger": "DROP TRIGGER jobs_check_transition ON jobsd.jobs;",
-    "no foreign key job_events -> jobs": (
-        "ALTER TABLE jobsd.job_events DROP CONSTRAINT job_events_job_id_fkey;"
-    ),
     "no jobs_active_idx": "DROP INDEX jobsd.jobs_active_idx;",
-    "no jobs_org_type_created_idx": "DROP INDEX jobsd.jobs_org_type_created_idx;",
-    "dedup unique index partial": DEDUP_PARTIAL,
-    "fillfactor 50": "ALTER TABLE jobsd.jobs SET (fillfactor = 50);",
-    "history and notify_done per statement, 2 indexes fewer": (
-        HISTORY_STMT
-        + NOTIFY_DONE_STMT
-        + "DROP INDEX jobsd.jobs_active_idx; DROP INDEX jobsd.jobs_org_type_created_idx;"
-        + DEDUP_PARTIAL
-    ),
-    "proposal: history per statement, no FK, 2 indexes fewer, dedup partial": (
-        HISTORY_STMT
-        + "ALTER TABLE jobsd.job_events DROP CONSTRAINT job_events_job_id_fkey;"
-        + "DROP INDEX jobsd.jobs_active_idx; DROP INDEX jobsd.jobs_org_type_created_idx;"
-        + DEDUP_PARTIAL
+    "no jobs_created_idx": "DROP INDEX jobsd.jobs_created_idx;",
+    "no jobs_org_created_idx": "DROP INDEX jobsd.jobs_org_created_idx;",
+    "no jobs_open_by_queue_org_idx": "DROP INDEX jobsd.jobs_open_by_queue_org_idx;",
+    "no jobs_finished_idx": "DROP INDEX jobsd.jobs_finished_idx;",
+    "no history, no notify_done, no active/created/open indexes": (
+        "DROP TRIGGER jobs_history_update_stmt ON jobsd.jobs;"
+        "DROP TRIGGER jobs_notify_done ON jobsd.jobs;"
+        "DROP INDEX jobsd.jobs_active_idx; DROP INDEX jobsd.jobs_created_idx;"
+        "DROP INDEX jobsd.jobs_open_by_queue_org_idx;"
     ),
 }
 
@@ -108,10 +64,10 @@ def _finish_json(rows: list[tuple[Any, ...]]) -> str:
     )
 
 
-def run(url: str, jobs: int, batch: int, finish_returning: str = "j.*") -> dict[str, float]:
+def run(url: str, jobs: int, batch: int) -> dict[str, float]:
     q = load_queries()
     claim = q["jobs_claim_batch"]
-    finish = q["jobs_finish_batch"].replace("RETURNING j.*", f"RETURNING {finish_returning}")
+    finish = q["jobs_finish_batch"]
     with psycopg.connect(url, autocommit=True) as conn:
         for lo in range(0, jobs, 1000):
             conn.execute(q["jobs_insert_many"], _many_params(lo, min(1000, jobs - lo)))
@@ -127,7 +83,9 @@ def run(url: str, jobs: int, batch: int, finish_returning: str = "j.*") -> dict[
             "limit_values": [],
             "types": None,
             "free": None,
-            "armed": 0,
+            "at_most_once_types": [],
+            "relaxed_commit": True,
+            "reserve_s": 30.0,
         }
         c0, w0 = backend_cpu(conn), lsn(conn)
         done = 0
@@ -139,7 +97,11 @@ def run(url: str, jobs: int, batch: int, finish_returning: str = "j.*") -> dict[
             lease_pos = _lease_pos(conn)
             conn.execute(
                 finish,
-                {"results": _finish_json([(r[0], r[lease_pos]) for r in rows])},
+                {
+                    "results": _finish_json([(r[0], r[lease_pos]) for r in rows]),
+                    "confirm": False,
+                    "errors_kept": 10,
+                },
                 prepare=True,
             ).fetchall()
         c1, w1 = backend_cpu(conn), lsn(conn)
@@ -183,7 +145,6 @@ def main() -> None:
     args = parser.parse_args()
     variants = {k: v for k, v in VARIANTS.items() if not args.only or k in args.only}
     results: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
-    results["base, finish RETURNING j.id"] = []
     with scratch(args.database_url) as s:
         for r in range(args.rounds):
             for k, ddl in variants.items():
@@ -191,12 +152,6 @@ def main() -> None:
                 results[k].append(run(url, args.jobs, args.batch))
                 s.drop(url)
                 print(f"round {r} {k}: {results[k][-1]}", flush=True)
-                if k == "base":
-                    url = s.clone(f"d{r}")
-                    results["base, finish RETURNING j.id"].append(
-                        run(url, args.jobs, args.batch, "j.id")
-                    )
-                    s.drop(url)
     print()
     print(
         f"| variant (claim {args.batch} + finish {args.batch}) | µs backend CPU/job |"

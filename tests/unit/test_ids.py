@@ -83,3 +83,15 @@ def test_a_forked_child_does_not_reuse_the_parents_random_bits() -> None:
 
     assert_v7([child, parent])
     assert child.int & ((1 << 62) - 1) != parent.int & ((1 << 62) - 1)
+
+
+def test_a_batch_of_ids_increases_and_follows_every_id_made_before() -> None:
+    from jobsd.ids import uuid7, uuid7_ints, uuid_of_int
+
+    before = uuid7()
+    batch = [uuid_of_int(i) for i in uuid7_ints(1000)]
+    after = uuid7()
+    assert batch == sorted(batch) and len(set(batch)) == 1000
+    assert before < batch[0] and batch[-1] < after
+    assert {u.version for u in batch} == {7} and {u.variant for u in batch} == {uuid.RFC_4122}
+    assert uuid7_ints(0) == []

@@ -100,3 +100,29 @@ def test_the_shared_encoder_gives_what_json_encoder_encode_gives(
 
     assert fast == reference
     assert {kind for kind, _ in fast} == {"ok", "InvalidPayload"}
+
+
+def test_a_batch_is_encoded_as_each_value_alone() -> None:
+    from jobsd.jsonsafe import encode_object, encode_objects
+
+    values = [{"i": i, "s": "é\\"} for i in range(5)]
+    assert encode_objects(values, what="payload", max_bytes=100) == [
+        encode_object(v, what="payload", max_bytes=100) for v in values
+    ]
+
+
+def test_a_bad_value_in_a_batch_is_named_by_its_position() -> None:
+    import pytest
+
+    from jobsd.errors import InvalidPayload, PayloadTooLarge
+    from jobsd.jsonsafe import encode_objects
+
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(100):
+        node["a"] = {}
+        node = node["a"]  # type: ignore[assignment]
+    with pytest.raises(InvalidPayload, match="payload 1 is nested"):
+        encode_objects([{}, deep], what="payload", max_bytes=None)
+    with pytest.raises(PayloadTooLarge, match="payload 0 is 14 bytes, over the limit of 12"):
+        encode_objects([{"s": "ééé"}, {}], what="payload", max_bytes=12)
