@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import asyncpg
 from pgqueuer import PgQueuer, Queries
-from pgqueuer.db import AsyncpgDriver
+from pgqueuer.db import AsyncpgDriver, Driver
 from pgqueuer.models import Job
 
 from libs import Setting
@@ -40,10 +41,21 @@ async def _connection(url: str) -> AsyncIterator[asyncpg.Connection]:
         await conn.close()
 
 
+# A pgqueuer driver around an open connection (AsyncpgDriver, PsycopgDriver), and the
+# connection it takes, opened and closed around a use.
+DriverOf = Callable[[Any], Driver]
+ConnectionOf = Callable[[str], AbstractAsyncContextManager[Any]]
+
+
 async def install(url: str) -> None:
     """Install pgqueuer's tables, types, triggers and functions."""
-    async with _connection(url) as conn:
-        await Queries(AsyncpgDriver(conn)).install()
+    await install_on(_connection, AsyncpgDriver, url)
+
+
+async def install_on(connection: ConnectionOf, driver: DriverOf, url: str) -> None:
+    """``install`` on another driver."""
+    async with connection(url) as conn:
+        await Queries(driver(conn)).install()
 
 
 class Producer:
@@ -58,18 +70,36 @@ class Producer:
         await self.queries.enqueue([ENTRYPOINT] * n, [str(i).encode() for i in numbers], [0] * n)
 
 
+def producer(url: str) -> AbstractAsyncContextManager[Producer]:
+    return producer_on(_connection, AsyncpgDriver, url)
+
+
 @asynccontextmanager
-async def producer(url: str) -> AsyncIterator[Producer]:
-    async with _connection(url) as conn:
-        yield Producer(Queries(AsyncpgDriver(conn)))
+async def producer_on(
+    connection: ConnectionOf, driver: DriverOf, url: str
+) -> AsyncIterator[Producer]:
+    """``producer`` on another driver."""
+    async with connection(url) as conn:
+        yield Producer(Queries(driver(conn)))
 
 
 def serve(url: str, setting: Setting, on_start: Callable[[int], None]) -> None:
     """Run a PgQueuer worker until SIGTERM."""
+    serve_on(_connection, AsyncpgDriver, url, setting, on_start)
+
+
+def serve_on(
+    connection: ConnectionOf,
+    driver: DriverOf,
+    url: str,
+    setting: Setting,
+    on_start: Callable[[int], None],
+) -> None:
+    """Run a PgQueuer worker on ``driver`` over ``connection(url)`` until SIGTERM."""
 
     async def main() -> None:
-        async with _connection(url) as conn:
-            pgq = PgQueuer(AsyncpgDriver(conn))
+        async with connection(url) as conn:
+            pgq = PgQueuer(driver(conn))
 
             @pgq.entrypoint(ENTRYPOINT)
             async def noop(job: Job) -> None:

@@ -8,18 +8,21 @@ what is the library's.
 
 from __future__ import annotations
 
-import asyncio
-import signal
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import psycopg
-from pgqueuer import PgQueuer, Queries
 from pgqueuer.db import PsycopgDriver
-from pgqueuer.models import Job
 
 from libs import Setting
-from libs.pgqueuer_lib import ENTRYPOINT, OPEN_JOBS_SQL, SETTINGS
+from libs.pgqueuer_lib import (
+    OPEN_JOBS_SQL,
+    SETTINGS,
+    Producer,
+    install_on,
+    producer_on,
+    serve_on,
+)
 
 __all__ = ["OPEN_JOBS_SQL", "SETTINGS", "install", "producer", "serve"]
 
@@ -35,42 +38,13 @@ async def _connection(url: str) -> AsyncIterator[psycopg.AsyncConnection]:
 
 async def install(url: str) -> None:
     """Install pgqueuer's tables, types, triggers and functions."""
-    async with _connection(url) as conn:
-        await Queries(PsycopgDriver(conn)).install()
+    await install_on(_connection, PsycopgDriver, url)
 
 
-class Producer:
-    def __init__(self, queries: Queries) -> None:
-        self.queries = queries
-
-    async def enqueue_one(self, i: int) -> None:
-        await self.queries.enqueue(ENTRYPOINT, str(i).encode())
-
-    async def enqueue_many(self, numbers: Sequence[int]) -> None:
-        n = len(numbers)
-        await self.queries.enqueue([ENTRYPOINT] * n, [str(i).encode() for i in numbers], [0] * n)
-
-
-@asynccontextmanager
-async def producer(url: str) -> AsyncIterator[Producer]:
-    async with _connection(url) as conn:
-        yield Producer(Queries(PsycopgDriver(conn)))
+def producer(url: str) -> AbstractAsyncContextManager[Producer]:
+    return producer_on(_connection, PsycopgDriver, url)
 
 
 def serve(url: str, setting: Setting, on_start: Callable[[int], None]) -> None:
     """Run a PgQueuer worker until SIGTERM."""
-
-    async def main() -> None:
-        async with _connection(url) as conn:
-            pgq = PgQueuer(PsycopgDriver(conn))
-
-            @pgq.entrypoint(ENTRYPOINT)
-            async def noop(job: Job) -> None:
-                on_start(int(job.payload or b"0"))
-
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, pgq.shutdown.set)
-            await pgq.run(**setting.options)
-
-    asyncio.run(main())
+    serve_on(_connection, PsycopgDriver, url, setting, on_start)
