@@ -29,6 +29,8 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    column,
+    table,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
@@ -40,7 +42,15 @@ from jobsd.models import Job, JobStatus
 from jobsd.settings import Settings
 from jobsd.store.enqueue import enqueue_sync
 
-__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "enqueue", "job_events", "jobs", "metadata", "queues"]
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "all_job_events",
+    "enqueue",
+    "job_events",
+    "jobs",
+    "metadata",
+    "queues",
+]
 
 DEFAULT_MAX_PAYLOAD_BYTES: int = Settings.model_fields["max_payload_bytes"].default
 
@@ -110,6 +120,15 @@ jobs = Table(
     Column("retry_of", UUID(as_uuid=True)),
     # the error records of the last attempts that ended in one (migration 0028)
     Column("errors", JSONB),
+    # the ids in the history of the events this row stands for (migration 0032): its
+    # creation, its current run's start, and that run's end when it ended the job
+    Column(
+        "created_event_id",
+        BigInteger,
+        server_default=text("nextval('jobsd.job_events_id_seq'::regclass)"),
+    ),
+    Column("start_event_id", BigInteger),
+    Column("end_event_id", BigInteger),
     CheckConstraint(f"status IN ({_STATUSES})", name="jobs_status_check"),
     CheckConstraint(
         "concurrency_key <> '' AND octet_length(concurrency_key) <= 255",
@@ -180,6 +199,24 @@ Index(
     postgresql_where=jobs.c.retry_of.isnot(None),
 )
 
+# the whole history of every job, open or archived, in `id` order: the rows of
+# job_events and the events each job's row stands for (a view, migration 0032)
+all_job_events = table(
+    "all_job_events",
+    column("id", BigInteger),
+    column("job_id", UUID(as_uuid=True)),
+    column("org_id", Text),
+    column("from_status", Text),
+    column("to_status", Text),
+    column("attempt", Integer),
+    column("worker_id", Text),
+    column("reason", Text),
+    column("at", _TIMESTAMPTZ),
+    schema="jobsd",
+)
+
+# the transitions stored as rows (every one but those a job's row stands for: read the
+# history through all_job_events)
 job_events = Table(
     "job_events",
     metadata,

@@ -238,6 +238,9 @@ UPDATE jobsd.jobs AS j
 SET status = CASE WHEN chosen.starts THEN 'running' ELSE 'queued' END,
     started_at = CASE WHEN chosen.starts THEN now() ELSE j.started_at END,
     attempts = CASE WHEN chosen.starts THEN j.attempts + 1 ELSE j.attempts END,
+    -- the run's start in the history: derived from this row under this id (0032)
+    start_event_id = CASE WHEN chosen.starts THEN nextval('jobsd.job_events_id_seq')
+                          ELSE j.start_event_id END,
     lease_id = gen_random_uuid(), worker_id = %(worker_id)s,
     reason = CASE WHEN chosen.starts THEN NULL ELSE j.reason END,
     dedup_key = CASE WHEN NOT chosen.starts OR j.type = ANY(%(keep_dedup_types)s::text[])
@@ -296,6 +299,8 @@ UPDATE jobsd.jobs AS j
 SET status = 'running',
     started_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.started_at END,
     attempts = CASE WHEN j.status = 'queued' THEN j.attempts + 1 ELSE j.attempts END,
+    start_event_id = CASE WHEN j.status = 'queued' THEN nextval('jobsd.job_events_id_seq')
+                          ELSE j.start_event_id END,
     lease_id = CASE WHEN j.status = 'queued' THEN s.new_lease_id ELSE j.lease_id END,
     reason = CASE WHEN j.status = 'queued' THEN NULL ELSE j.reason END,
     reserved_until = NULL
@@ -363,7 +368,12 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
     finished_at = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN now() END,
     dedup_key = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN NULL
                      ELSE j.dedup_key END,
-    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after)
+    run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after),
+    -- the run's end, when it ends the job: derived from this row under this id (0032);
+    -- an outcome that does not end the job is stored by the history trigger
+    end_event_id = CASE WHEN j.status = 'running'
+                             AND r.status IN ('succeeded', 'failed', 'cancelled')
+                        THEN nextval('jobsd.job_events_id_seq') ELSE j.end_event_id END
 FROM jobsd.outcome_rows_v2(%(results)s::jsonb) AS r
 WHERE j.id = r.id AND j.lease_id = r.lease_id
   AND (j.status = 'running' OR (%(confirm)s AND j.status = r.status))

@@ -94,6 +94,10 @@ GRANT UPDATE (status, reason, finished_at, dedup_key, cancel_requested_at)
 -- /jobs/{id}/resolve)
 GRANT UPDATE (report) ON jobsd.jobs TO {api};
 GRANT SELECT ON jobsd.job_events TO {enqueue}, {api};
+-- a new job takes the id of its creation in the history from the history's sequence
+-- (the column's default, migration 0032), a claim and a finish the ids of the run's
+-- start and end
+GRANT USAGE ON SEQUENCE jobsd.job_events_id_seq TO {enqueue}, {api}, {worker};
 -- depends_on: mark each dependency (the row lock orders the enqueue with the
 -- dependency's own end), record the edges, fail at once a job whose dependency
 -- failed already (its error says which)

@@ -23,7 +23,7 @@ def count_jobs(conn: psycopg.Connection[Any], where: str = "true", *args: Any) -
 def history(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[Any, ...]]:
     """Return a job's events as (from, to, attempt, worker, reason), oldest first."""
     return conn.execute(
-        "SELECT from_status, to_status, attempt, worker_id, reason FROM jobsd.job_events "
+        "SELECT from_status, to_status, attempt, worker_id, reason FROM jobsd.all_job_events "
         "WHERE job_id = %s ORDER BY id",
         (job_id,),
     ).fetchall()

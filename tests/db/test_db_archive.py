@@ -39,12 +39,15 @@ def archive_all(conn: Conn) -> int:
 
 
 def where(conn: Conn, job_id: uuid.UUID) -> tuple[int, int, int, int]:
-    """Return (hot rows, archived rows, hot events, archived events) of a job."""
+    """Return (hot rows, archived rows, hot events, archived events) of a job: the
+    events of its whole history (stored, or derived from its row) on each side."""
     row = conn.execute(
         "SELECT (SELECT count(*) FROM jobsd.jobs WHERE id = %(id)s),"
         " (SELECT count(*) FROM jobsd.jobs_archive WHERE id = %(id)s),"
-        " (SELECT count(*) FROM jobsd.job_events WHERE job_id = %(id)s),"
-        " (SELECT count(*) FROM jobsd.job_events_archive WHERE job_id = %(id)s)",
+        " (SELECT count(*) FROM jobsd.all_job_events WHERE job_id = %(id)s"
+        "  AND EXISTS (SELECT 1 FROM jobsd.jobs WHERE id = %(id)s)),"
+        " (SELECT count(*) FROM jobsd.all_job_events WHERE job_id = %(id)s"
+        "  AND EXISTS (SELECT 1 FROM jobsd.jobs_archive WHERE id = %(id)s))",
         {"id": job_id},
     ).fetchone()
     return tuple(int(v) for v in row)  # type: ignore[return-value]

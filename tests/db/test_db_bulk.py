@@ -31,7 +31,7 @@ AWKWARD = 'tab\there, newline\nthere, back\\slash, \\N, \r, é, 😀, "quoted"'
 
 def _events(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     return conn.execute(
-        "SELECT from_status, to_status, attempt, count(*) FROM jobsd.job_events "
+        "SELECT from_status, to_status, attempt, count(*) FROM jobsd.all_job_events "
         "GROUP BY 1, 2, 3 ORDER BY 2"
     ).fetchall()
 

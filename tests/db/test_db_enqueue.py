@@ -86,7 +86,7 @@ def test_in_caller_transaction_rolled_back_leaves_no_job(
         caller.rollback()
 
     assert job_row(conn, job.id) is None
-    assert conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobsd.all_job_events").fetchone() == (0,)
 
 
 def test_in_caller_transaction_committed_creates_the_job_with_the_app_rows(

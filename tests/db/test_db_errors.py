@@ -152,7 +152,7 @@ def test_database_down_is_backend_unavailable_and_no_job_exists(
     pg.start()
     with psycopg.connect(url, autocommit=True) as c:
         assert c.execute("SELECT count(*) FROM jobsd.jobs").fetchone() == (0,)
-        assert c.execute("SELECT count(*) FROM jobsd.job_events").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM jobsd.all_job_events").fetchone() == (0,)
 
 
 def test_a_dropped_pooled_connection_is_retried_and_creates_one_job(

@@ -88,7 +88,7 @@ async def test_claim_and_finish_write_one_event_each(aconn: Conn, conn: Any) -> 
         True,
     )
     assert (bad_row["status"], bad_row["error"]) == ("failed", "boom")
-    ats = [r[0] for r in conn.execute("SELECT at FROM jobsd.job_events ORDER BY id")]
+    ats = [r[0] for r in conn.execute("SELECT at FROM jobsd.all_job_events ORDER BY id")]
     assert ats == sorted(ats)
 
 
@@ -243,6 +243,6 @@ async def test_bulk_insert_writes_one_event_per_job(aconn: Conn, conn: Any) -> N
 
     assert len(rows) == 25
     events = conn.execute(
-        "SELECT job_id, from_status, to_status FROM jobsd.job_events ORDER BY id"
+        "SELECT job_id, from_status, to_status FROM jobsd.all_job_events ORDER BY id"
     ).fetchall()
     assert events == [(s.id, None, "queued") for s in specs]

@@ -26,7 +26,7 @@ OP = Caller.as_operator("op")
 
 def events(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[Any, ...]]:
     return conn.execute(
-        "SELECT from_status, to_status, attempt, worker_id, reason FROM jobsd.job_events "
+        "SELECT from_status, to_status, attempt, worker_id, reason FROM jobsd.all_job_events "
         "WHERE job_id = %s ORDER BY id",
         (job_id,),
     ).fetchall()

@@ -48,7 +48,7 @@ async def test_enqueue_many_keeps_order_and_returns_existing_jobs_on_hits(
         s.id for i, s in enumerate(specs) if i not in (1, 3, 6)
     ]
     assert count_jobs(conn) == 6
-    assert conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone() == (6,)
+    assert conn.execute("SELECT count(*) FROM jobsd.all_job_events").fetchone() == (6,)
 
 
 @pytest.mark.anyio
@@ -79,7 +79,7 @@ async def test_enqueue_many_is_all_or_nothing(db_url: str, conn: psycopg.Connect
             await client.enqueue_many([_spec(0), _spec(1, job_id=taken), _spec(2)])
 
     assert conn.execute("SELECT org_id FROM jobsd.jobs").fetchall() == [("globex",)]
-    assert conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM jobsd.all_job_events").fetchone() == (1,)
 
 
 @pytest.mark.anyio
@@ -178,7 +178,7 @@ async def test_notifications_off_sends_nothing_but_still_records_history(
     assert [j.status for j in swept] == [JobStatus.QUEUED]  # requeued, silently
 
     assert watch.collect(conn) == []
-    assert conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone() == (13,)
+    assert conn.execute("SELECT count(*) FROM jobsd.all_job_events").fetchone() == (13,)
 
     await admin.set_notify(aconn, True)
     assert await admin.notify_enabled(aconn) is True

@@ -306,7 +306,7 @@ async def test_drop_deletes_the_finished_jobs_their_history_and_the_queue(
     assert queue_row(conn, "mail") is None
     assert count_jobs(conn, "queue = 'mail'") == 0
     events = conn.execute(
-        "SELECT count(*) FROM jobsd.job_events WHERE job_id = ANY(%s)", (gone,)
+        "SELECT count(*) FROM jobsd.all_job_events WHERE job_id = ANY(%s)", (gone,)
     ).fetchone()
     assert events == (0,)
     assert count_jobs(conn, "id = ANY(%s)", kept) == 2

@@ -90,9 +90,9 @@ def test_enqueue_in_a_committed_session_creates_the_job(
     assert history(conn, job.id) == [(None, "queued", 0, None, None)]
     with Session(engine) as session:
         joined = session.execute(
-            sa.select(Order.id, sqla.jobs.c.type, sqla.job_events.c.to_status)
+            sa.select(Order.id, sqla.jobs.c.type, sqla.all_job_events.c.to_status)
             .join(sqla.jobs, sqla.jobs.c.id == Order.job_id)
-            .join(sqla.job_events, sqla.job_events.c.job_id == sqla.jobs.c.id)
+            .join(sqla.all_job_events, sqla.all_job_events.c.job_id == sqla.jobs.c.id)
         ).all()
     assert [tuple(r) for r in joined] == [(1, "import_csv", "queued")]
 

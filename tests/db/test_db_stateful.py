@@ -386,7 +386,7 @@ class JobsMachine(RuleBasedStateMachine):
             "SELECT id, status, attempts, type FROM jobsd.jobs WHERE org_id = %s", (self.org,)
         ).fetchall()
         events = self.conn.execute(
-            "SELECT job_id, from_status, to_status, attempt, reason FROM jobsd.job_events "
+            "SELECT job_id, from_status, to_status, attempt, reason FROM jobsd.all_job_events "
             "WHERE org_id = %s ORDER BY job_id, id",
             (self.org,),
         ).fetchall()

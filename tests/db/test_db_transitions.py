@@ -28,7 +28,7 @@ def test_only_the_edges_of_the_machine_pass(conn: psycopg.Connection[Any]) -> No
         if after in TRANSITIONS[before]:
             conn.execute(change, (after, job_id))
             last = conn.execute(
-                "SELECT from_status, to_status FROM jobsd.job_events WHERE job_id = %s "
+                "SELECT from_status, to_status FROM jobsd.all_job_events WHERE job_id = %s "
                 "ORDER BY id DESC LIMIT 1",
                 (job_id,),
             ).fetchall()

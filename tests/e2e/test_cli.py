@@ -245,7 +245,7 @@ def test_cancel_a_queued_job_then_a_running_one_then_a_finished_one(
     row = conn.execute("SELECT status, reason FROM jobsd.jobs WHERE id = %s", (queued,)).fetchone()
     assert row == ("cancelled", "cancelled by operator")
     actor = conn.execute(
-        "SELECT worker_id FROM jobsd.job_events WHERE job_id = %s AND to_status = 'cancelled'",
+        "SELECT worker_id FROM jobsd.all_job_events WHERE job_id = %s AND to_status = 'cancelled'",
         (queued,),
     ).fetchone()
     assert actor is not None and str(actor[0]).startswith("cli:"), actor
@@ -295,7 +295,7 @@ def test_resolve_settles_a_recovery_required_job_and_only_such(
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"job {job_id} {status}"
         event = conn.execute(
-            "SELECT from_status, to_status, worker_id, reason FROM jobsd.job_events "
+            "SELECT from_status, to_status, worker_id, reason FROM jobsd.all_job_events "
             "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
             (job_id,),
         ).fetchone()

@@ -167,7 +167,7 @@ def test_retry_of_an_at_most_once_type_needs_force(
     assert forced.returncode == 0, forced.stderr
     assert forced.stdout.startswith(f"job {job_id} retried as job "), forced.stdout
     first = conn.execute(
-        "SELECT e.from_status, e.to_status, e.reason, e.worker_id FROM jobsd.job_events AS e "
+        "SELECT e.from_status, e.to_status, e.reason, e.worker_id FROM jobsd.all_job_events AS e "
         "JOIN jobsd.jobs AS j ON j.id = e.job_id WHERE j.retry_of = %s ORDER BY e.id LIMIT 1",
         (job_id,),
     ).fetchone()

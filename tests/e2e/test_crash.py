@@ -77,7 +77,7 @@ def test_kill_9_mid_job_then_a_new_daemon_rescues_it_from_its_checkpoint(
     assert batches[0] == 20
     assert batches[1] <= 2
     events = conn.execute(
-        "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
+        "SELECT from_status, to_status, attempt, reason FROM jobsd.all_job_events "
         "WHERE job_id = %s ORDER BY id",
         (job.id,),
     ).fetchall()

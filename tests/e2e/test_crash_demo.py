@@ -82,7 +82,7 @@ def test_jobsd_demo_crash_recovers_every_job_with_its_side_effect_once(
         history = HISTORY[kind]
         events = conn.execute(
             "SELECT coalesce(from_status, '-'), to_status, attempt, reason"
-            " FROM jobsd.job_events WHERE job_id = %s ORDER BY id",
+            " FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id",
             (job_id,),
         ).fetchall()
         assert [

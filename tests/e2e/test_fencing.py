@@ -58,7 +58,7 @@ def test_a_paused_worker_loses_its_job_and_exits_when_resumed_past_its_lease(
     assert row[0] == "succeeded"
     assert row[2] == {"pid": rescuer.pid, "attempt": 2}, "the stale owner's result never applied"
     events = conn.execute(
-        "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
+        "SELECT from_status, to_status, attempt, reason FROM jobsd.all_job_events "
         "WHERE job_id = %s AND from_status IS DISTINCT FROM to_status ORDER BY id",
         (job.id,),
     ).fetchall()

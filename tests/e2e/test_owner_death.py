@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow]
 
 def _history(conn: psycopg.Connection[Any], job_id: object) -> list[tuple[Any, ...]]:
     return conn.execute(
-        "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
+        "SELECT from_status, to_status, attempt, reason FROM jobsd.all_job_events "
         "WHERE job_id = %s ORDER BY id",
         (job_id,),
     ).fetchall()

@@ -432,7 +432,7 @@ class Scenario:
                 "SELECT j.status, j.attempts, j.run_after - now(), j.worker_id,"
                 " (SELECT string_agg(e.from_status || '>' || e.to_status || ':'"
                 "  || coalesce(e.reason, ''), ' ' ORDER BY e.id)"
-                "  FROM jobsd.job_events e WHERE e.job_id = j.id)"
+                "  FROM jobsd.all_job_events e WHERE e.job_id = j.id)"
                 " FROM jobsd.jobs j WHERE NOT j.status = ANY(%s) ORDER BY j.id LIMIT 5",
                 (list(statuses),),
             ).fetchall()
@@ -446,7 +446,7 @@ class Scenario:
         with psycopg.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
             return conn.execute(
                 "SELECT id, job_id, from_status, to_status, attempt, worker_id, reason, at "
-                "FROM jobsd.job_events ORDER BY id"
+                "FROM jobsd.all_job_events ORDER BY id"
             ).fetchall()
 
     def db_now(self) -> datetime:
@@ -465,7 +465,7 @@ class Scenario:
         """Return when the first claim or completion after ``after`` was recorded (by the
         daemon of ``worker_pid``, if given)."""
         value = self.scalar(
-            "SELECT min(at) FROM jobsd.job_events WHERE at > %s AND to_status = ANY(%s) "
+            "SELECT min(at) FROM jobsd.all_job_events WHERE at > %s AND to_status = ANY(%s) "
             "AND from_status IS DISTINCT FROM to_status AND from_status IS NOT NULL "
             "AND (%s::text IS NULL OR split_part(worker_id, ':', 2) = %s::text)",
             (after, list(to), worker_pid, worker_pid),
@@ -492,7 +492,7 @@ class Scenario:
             jobs = conn.execute("SELECT id, type, status, attempts FROM jobsd.jobs").fetchall()
             events = conn.execute(
                 "SELECT id, job_id, from_status, to_status, attempt, reason, at "
-                "FROM jobsd.job_events ORDER BY job_id, id"
+                "FROM jobsd.all_job_events ORDER BY job_id, id"
             ).fetchall()
         present = {j["id"] for j in jobs}
         problems = history_problems(jobs, events)

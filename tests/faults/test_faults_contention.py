@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow]
 
 def _claims_per_s(scenario: Scenario, start: Any, end: Any) -> float:
     n = scenario.scalar(
-        "SELECT count(*) FROM jobsd.job_events WHERE to_status = 'running' AND at >= %s "
+        "SELECT count(*) FROM jobsd.all_job_events WHERE to_status = 'running' AND at >= %s "
         "AND at < %s",
         (start, end),
     )

@@ -49,7 +49,7 @@ def pair(request: pytest.FixtureRequest) -> Iterator[ReplicatedPair]:
 
 def _first_end_after(scenario: Scenario, after: datetime) -> datetime | None:
     value = scenario.scalar(
-        "SELECT min(at) FROM jobsd.job_events WHERE at > %s "
+        "SELECT min(at) FROM jobsd.all_job_events WHERE at > %s "
         "AND to_status IN ('succeeded', 'failed', 'cancelled') AND from_status = 'running'",
         (after,),
     )

@@ -54,7 +54,7 @@ class RestartingMachine(stateful.JobsMachine):  # type: ignore[misc, name-define
             (self.org,),
         ).fetchall()
         events = self.conn.execute(
-            "SELECT count(*) AS n FROM jobsd.job_events WHERE org_id = %s", (self.org,)
+            "SELECT count(*) AS n FROM jobsd.all_job_events WHERE org_id = %s", (self.org,)
         ).fetchall()
         return [*jobs, *events]
 

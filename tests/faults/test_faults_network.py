@@ -140,7 +140,7 @@ def _partition(
     audit = scenario.audit()
     swept = int(
         scenario.scalar(
-            "SELECT count(*) FROM jobsd.job_events "
+            "SELECT count(*) FROM jobsd.all_job_events "
             "WHERE reason IN ('owner unresponsive', 'worker lost')"
         )
     )

@@ -184,7 +184,7 @@ def test_t23_connections_of_live_daemons_killed(scenario: Scenario) -> None:
     charged, failed_unrun = _charges(scenario)
     rescues = int(
         scenario.scalar(
-            "SELECT count(*) FROM jobsd.job_events WHERE reason IN "
+            "SELECT count(*) FROM jobsd.all_job_events WHERE reason IN "
             "('owner died', 'owner unresponsive', 'worker lost', 'fenced')"
         )
     )

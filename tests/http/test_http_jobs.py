@@ -142,7 +142,7 @@ async def test_concurrent_duplicate_posts_with_a_client_id_make_one_job(
         again = await submit(api, token_a, id=job_id, payload={"n": 1})
         assert again.status_code == 202 and again.json()["id"] == job_id
     assert job_count(db_url) == 1
-    assert db_scalar(db_url, "SELECT count(*) FROM jobsd.job_events") == 1
+    assert db_scalar(db_url, "SELECT count(*) FROM jobsd.all_job_events") == 1
 
 
 async def test_a_client_id_of_another_org_is_refused(

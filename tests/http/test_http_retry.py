@@ -43,7 +43,7 @@ async def test_retry_endpoint(db_url: str, token_a: str, token_b: str) -> None:
             assert (new["status"], new["attempts"], new["retry_of"]) == ("queued", 0, str(failed))
             assert r.headers["location"].endswith(f"/jobs/{new['id']}")
             last = conn.execute(
-                "SELECT from_status, to_status, worker_id, reason FROM jobsd.job_events "
+                "SELECT from_status, to_status, worker_id, reason FROM jobsd.all_job_events "
                 "WHERE job_id = %s ORDER BY id DESC LIMIT 1",
                 (failed,),
             ).fetchone()

@@ -52,7 +52,7 @@ def csrf_of(html: str) -> str:
 def events(db_url: str, job_id: object) -> list[dict[str, Any]]:
     with psycopg.connect(db_url, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(
-            "SELECT from_status, to_status, worker_id, reason FROM jobsd.job_events "
+            "SELECT from_status, to_status, worker_id, reason FROM jobsd.all_job_events "
             "WHERE job_id = %s ORDER BY id",
             (job_id,),
         )

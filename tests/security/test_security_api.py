@@ -66,7 +66,7 @@ def _insert(db_url: str, org_id: str, **overrides: Any) -> str:
 
 def _events(db_url: str) -> int:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone()
+        row = conn.execute("SELECT count(*) FROM jobsd.all_job_events").fetchone()
     return int(row[0]) if row else 0
 
 

@@ -67,7 +67,7 @@ def _state(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
     """Return what a command could change: jobs and their states, tokens, the switch,
     the queues' limits and pauses, the schedules."""
     jobs = conn.execute("SELECT id, status FROM jobsd.jobs ORDER BY id").fetchall()
-    events = conn.execute("SELECT count(*) FROM jobsd.job_events").fetchone()
+    events = conn.execute("SELECT count(*) FROM jobsd.all_job_events").fetchone()
     tokens = conn.execute("SELECT id, revoked_at FROM jobsd.api_tokens ORDER BY id").fetchall()
     notify = conn.execute(
         "SELECT tgenabled FROM pg_trigger WHERE tgname = 'jobs_notify_insert'"

@@ -37,7 +37,7 @@ def _unfiltered(conn: psycopg.Connection[Any]) -> tuple[dict[str, str], list[str
     """Run the deliberately unfiltered reads: job id -> org, and the orgs of all events."""
     with conn.cursor(row_factory=dict_row) as cur:
         jobs = {str(r["id"]): r["org_id"] for r in cur.execute("SELECT * FROM jobsd.jobs")}
-        events = [r["org_id"] for r in cur.execute("SELECT * FROM jobsd.job_events")]
+        events = [r["org_id"] for r in cur.execute("SELECT * FROM jobsd.all_job_events")]
     return jobs, events
 
 

@@ -274,7 +274,7 @@ async def test_enqueue_work_and_read_under_their_roles(roles: Roles) -> None:
 
             await wait_until(both_done, what="both jobs to succeed")
         cur = await admin.execute(
-            "SELECT from_status, to_status, worker_id FROM jobsd.job_events "
+            "SELECT from_status, to_status, worker_id FROM jobsd.all_job_events "
             "WHERE job_id = %s ORDER BY id",
             (first.id,),
         )

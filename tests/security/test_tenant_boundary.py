@@ -84,7 +84,7 @@ def test_a_tenant_role_that_sets_another_org_reads_zero_rows(roles: Roles, tenan
             conn.execute(statement)
             ids = {r[0] for r in conn.execute("SELECT id FROM jobsd.jobs")}
             assert ids == mine, statement
-            events = conn.execute("SELECT DISTINCT org_id FROM jobsd.job_events").fetchall()
+            events = conn.execute("SELECT DISTINCT org_id FROM jobsd.all_job_events").fetchall()
             assert events == [("acme",)]
             found = conn.execute("SELECT 1 FROM jobsd.jobs WHERE id = %s", (theirs,))
             assert found.fetchall() == []
@@ -288,7 +288,7 @@ def test_history_and_running_only_through_the_database(roles: Roles) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         job = make_job(conn, org_id="acme")
         other = make_job(conn, org_id="globex")
-    events = _scalar(db, "SELECT count(*) FROM jobsd.job_events")
+    events = _scalar(db, "SELECT count(*) FROM jobsd.all_job_events")
     with psycopg.connect(roles.url("enqueue", org="acme"), autocommit=True) as conn:
         # a job of its own org moved to running by hand: refused (no owner, never swept)
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="by hand"):
@@ -306,7 +306,7 @@ def test_history_and_running_only_through_the_database(roles: Roles) -> None:
             )
     assert _scalar(db, "SELECT status FROM jobsd.jobs WHERE id = %s", job) == "queued"
     # one more event: the insert's own, written by the trigger
-    assert _scalar(db, "SELECT count(*) FROM jobsd.job_events") == events + 1
+    assert _scalar(db, "SELECT count(*) FROM jobsd.all_job_events") == events + 1
     assert _scalar(db, "SELECT count(*) FROM jobsd.job_dependencies") == 0
 
 

@@ -45,7 +45,7 @@ def make_settings(db_url: str, **overrides: Any) -> Settings:
 async def events_of(db: ADb, job_id: uuid.UUID) -> list[tuple[str | None, str, int, str | None]]:
     """Return a job's history as (from, to, attempt, reason), oldest first."""
     cur = await db.execute(
-        "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events "
+        "SELECT from_status, to_status, attempt, reason FROM jobsd.all_job_events "
         "WHERE job_id = %s ORDER BY id",
         (job_id,),
     )

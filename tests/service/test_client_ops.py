@@ -121,7 +121,7 @@ async def test_a_failed_job_retried_runs_again_as_a_new_job_and_stays_failed(
         ("failed", "failed", 1),
     ]
     cur = await db.execute(
-        "SELECT worker_id, reason FROM jobsd.job_events WHERE job_id = %s ORDER BY id LIMIT 1",
+        "SELECT worker_id, reason FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id LIMIT 1",
         (retried.id,),
     )
     assert await cur.fetchall() == [{"worker_id": "alice", "reason": f"retry of {job.id}"}]

@@ -103,7 +103,7 @@ async def test_cancelling_the_head_of_a_10000_chain_ends_it_and_others_still_run
     ).fetchone()
     assert wrong == (0,)
     events = conn.execute(
-        "SELECT count(*) FROM jobsd.job_events AS e JOIN chain AS c ON c.id = e.job_id "
+        "SELECT count(*) FROM jobsd.all_job_events AS e JOIN chain AS c ON c.id = e.job_id "
         "WHERE e.to_status IN ('failed', 'cancelled')"
     ).fetchone()
     assert events == (CHAIN,)
@@ -141,7 +141,7 @@ async def test_a_failed_head_fails_a_diamond_once_per_job(
         "SELECT status, count(*) FROM jobsd.jobs WHERE type = 'node' GROUP BY status"
     ).fetchall() == [("failed", 60)]
     assert conn.execute(
-        "SELECT count(*) FROM jobsd.job_events AS e JOIN lattice AS l ON l.id = e.job_id "
+        "SELECT count(*) FROM jobsd.all_job_events AS e JOIN lattice AS l ON l.id = e.job_id "
         "WHERE e.to_status = 'failed'"
     ).fetchone() == (60,)
 

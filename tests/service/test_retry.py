@@ -68,7 +68,7 @@ async def test_a_matching_error_is_retried_after_the_backoff_until_it_succeeds(
         ("running", "succeeded", 3, None),
     ]
     cur = await db.execute(
-        "SELECT at FROM jobsd.job_events WHERE job_id = %s ORDER BY id", (job.id,)
+        "SELECT at FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id", (job.id,)
     )
     at = [r["at"] for r in await cur.fetchall()]
     # the back-off was respected: the second run started no earlier than its run_after
@@ -150,7 +150,7 @@ async def test_a_retry_runs_when_due_without_waiting_for_the_next_poll(
 
     assert done["status"] == "succeeded"
     cur = await db.execute(
-        "SELECT to_status, at FROM jobsd.job_events WHERE job_id = %s ORDER BY id", (job.id,)
+        "SELECT to_status, at FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id", (job.id,)
     )
     at = {r["to_status"]: r["at"] for r in await cur.fetchall()}
     # due at run_after, the failure's now() + 0.3 s; the events' clock_timestamp() reads a

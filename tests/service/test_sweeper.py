@@ -100,7 +100,7 @@ async def test_zombie_is_requeued_and_runs_again_from_its_checkpoint(
         ("running", "succeeded", 2, None),
     ]
     cur = await db.execute(
-        "SELECT worker_id FROM jobsd.job_events WHERE job_id = %s "
+        "SELECT worker_id FROM jobsd.all_job_events WHERE job_id = %s "
         "ORDER BY id DESC OFFSET 2 LIMIT 1",
         (zombie,),
     )

@@ -27,7 +27,7 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 _JOBS = "SELECT id, status, attempts FROM jobsd.jobs"
 _EVENTS = (
-    "SELECT job_id, from_status, to_status, attempt, reason FROM jobsd.job_events "
+    "SELECT job_id, from_status, to_status, attempt, reason FROM jobsd.all_job_events "
     "ORDER BY job_id, id"
 )
 

@@ -77,5 +77,5 @@ def job_ids(conn: psycopg.Connection[Any]) -> set[uuid.UUID]:
 
 def event_counts(conn: psycopg.Connection[Any]) -> dict[uuid.UUID, int]:
     """Return the number of job_events rows per job id (orphans included)."""
-    rows = conn.execute("SELECT job_id, count(*) FROM jobsd.job_events GROUP BY job_id")
+    rows = conn.execute("SELECT job_id, count(*) FROM jobsd.all_job_events GROUP BY job_id")
     return {row[0]: row[1] for row in rows.fetchall()}

@@ -26,7 +26,7 @@ def history(url: str, job_id: uuid.UUID) -> list[tuple[str | None, str, int, str
     with psycopg.connect(url, autocommit=True) as conn:
         assert_history_complete(conn)
         rows = conn.execute(
-            "SELECT from_status, to_status, attempt, reason FROM jobsd.job_events"
+            "SELECT from_status, to_status, attempt, reason FROM jobsd.all_job_events"
             " WHERE job_id = %s ORDER BY id",
             (job_id,),
         ).fetchall()
