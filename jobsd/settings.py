@@ -18,8 +18,6 @@ from jobsd.envsettings import EnvSettings
 from jobsd.sizes import parse_size
 
 __all__ = [
-    "CLAIM_AHEAD_DEFAULT_MAX",
-    "CLAIM_AHEAD_PER_SLOT",
     "CREDENTIAL_DATABASE_URL",
     "Settings",
     "credential_database_url",
@@ -29,11 +27,6 @@ __all__ = [
 # the systemd credential (LoadCredential=database_url:...) that holds the database URL
 CREDENTIAL_DATABASE_URL = "database_url"
 
-CLAIM_AHEAD_PER_SLOT = 20
-CLAIM_AHEAD_DEFAULT_MAX = 500
-"""``JOBSD_CLAIM_AHEAD`` unset: at most ``CLAIM_AHEAD_PER_SLOT`` jobs claimed ahead per
-slot, and at most ``CLAIM_AHEAD_DEFAULT_MAX`` in all (a drain of short jobs claims in
-rounds of that many; rounds of 1,000 were slower: docs/decisions.md)"""
 
 
 def credential_database_url() -> str | None:
@@ -138,7 +131,8 @@ class Settings(EnvSettings):
 
     claim_ahead: int | None = Field(default=None, ge=0, le=10_000)
     """At most this many jobs claimed beyond the free slots, started as slots free
-    (unset: twenty per slot, at most 500; 0: claim only for free slots). Fewer
+    (unset or 0: claim only for free slots; a job claimed ahead costs a write of its
+    row more, docs/decisions.md). Fewer
     while runs last: only as many as the slots start within a tenth of
     ``claim_ahead_max_wait`` at the mean run time. Never a job with a dedup or
     concurrency key, nor of an at-most-once type. Given back, unstarted, on stop:
@@ -329,9 +323,7 @@ class Settings(EnvSettings):
     @property
     def effective_claim_ahead(self) -> int:
         """Return how many jobs the daemon may claim beyond its free slots, at most."""
-        if self.claim_ahead is None:
-            return min(CLAIM_AHEAD_PER_SLOT * self.slots, CLAIM_AHEAD_DEFAULT_MAX)
-        return self.claim_ahead
+        return self.claim_ahead or 0
 
     @property
     def lease_renew_s(self) -> float:

@@ -85,7 +85,8 @@ async def test_a_retry_of_2000_failed_jobs_is_one_fast_call_and_a_repeat_does_no
     actor = f"cli:alice (bulk {out.id})"
     first, new_first = failed[0], made[failed[0]][0]
     note = conn.execute(
-        "SELECT worker_id, reason FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+        "SELECT worker_id, reason "
+        "FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
         (first,),
     ).fetchone()
     assert note == (actor, f"retried as {new_first}")
@@ -93,7 +94,10 @@ async def test_a_retry_of_2000_failed_jobs_is_one_fast_call_and_a_repeat_does_no
         "SELECT worker_id, reason FROM jobsd.all_job_events WHERE job_id = %s", (new_first,)
     ).fetchall()
     assert born == [(actor, f"retry of {first}")]
-    assert scalar(conn, "SELECT count(*) FROM jobsd.all_job_events WHERE worker_id = %s", actor) == 4000
+    assert (
+        scalar(conn, "SELECT count(*) FROM jobsd.all_job_events WHERE worker_id = %s", actor)
+        == 4000
+    )
     row = audit(conn, out.id)
     assert row[:3] == ("cli:alice", None, "retry")
     assert row[3] == {"status": "failed", "type": "mail", "limit": 2000, "force": False}
@@ -124,7 +128,9 @@ async def test_a_retry_into_a_queue_with_room_for_1500_retries_1500_then_the_res
     assert set(made) == set(failed[:1500])  # the oldest ones
     assert audit(conn, out.id)[4:] == (2000, 1500, {"queue_full": 500})
     # a refusal wrote nothing for its job: no retry, no note
-    assert scalar(conn, "SELECT count(*) FROM jobsd.all_job_events WHERE job_id = %s", failed[-1]) == 3
+    assert (
+        scalar(conn, "SELECT count(*) FROM jobsd.all_job_events WHERE job_id = %s", failed[-1]) == 3
+    )
 
     # room frees (a bulk cancel of 600 of the new jobs): the same call retries the rest
     freed = await cancel_many(aconn, OP, queue="capped", status="queued", limit=600)
@@ -254,7 +260,8 @@ async def test_a_bulk_resolve_settles_jobs_awaiting_recovery(
     assert [rows[j] for j in stuck] == ["succeeded", "succeeded", "recovery_required"]
     assert rows[other] == "running"
     last = conn.execute(
-        "SELECT worker_id, reason FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+        "SELECT worker_id, reason "
+        "FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
         (stuck[0],),
     ).fetchone()
     assert last == (f"cli:alice (bulk {out.id})", "resolved as succeeded by an operator (bulk)")

@@ -68,7 +68,8 @@ async def test_two_concurrent_claimers_never_get_the_same_job(
     ).fetchall()
     assert rows == [("w1", len(got["w1"])), ("w2", len(got["w2"]))]
     claims = conn.execute(
-        "SELECT count(*), count(DISTINCT job_id) FROM jobsd.all_job_events WHERE to_status = 'running'"
+        "SELECT count(*), count(DISTINCT job_id) "
+        "FROM jobsd.all_job_events WHERE to_status = 'running'"
     ).fetchone()
     assert claims == (total, total)
 

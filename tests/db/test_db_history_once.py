@@ -189,9 +189,7 @@ async def test_an_archived_job_reads_the_same_history(aconn: AConn, conn: Conn) 
 async def test_an_insert_cannot_bring_a_run_of_its_own(conn: Conn) -> None:
     for column in ("start_event_id", "end_event_id"):
         with pytest.raises(psycopg.errors.CheckViolation, match="a job starts queued"):
-            conn.execute(
-                f"INSERT INTO jobsd.jobs (org_id, type, {column}) VALUES ('acme', 't', 1)"
-            )
+            conn.execute(f"INSERT INTO jobsd.jobs (org_id, type, {column}) VALUES ('acme', 't', 1)")
 
 
 async def test_a_transition_no_statement_stamped_is_stored_and_checked(

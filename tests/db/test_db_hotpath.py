@@ -45,7 +45,8 @@ def test_one_update_of_many_jobs_writes_one_event_per_changed_row(
 
     assert _event_count(conn) == before + 3
     rows = conn.execute(
-        "SELECT from_status, to_status, reason FROM jobsd.all_job_events WHERE to_status = 'cancelled'"
+        "SELECT from_status, to_status, reason "
+        "FROM jobsd.all_job_events WHERE to_status = 'cancelled'"
     ).fetchall()
     assert rows == [("queued", "cancelled", "by hand")] * 3
     assert history(conn, keep)[-1][1] == "running"

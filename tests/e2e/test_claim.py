@@ -56,5 +56,8 @@ def test_two_daemon_processes_run_each_job_exactly_once(
     assert scalar(conn, "SELECT count(DISTINCT job_id) FROM e2e_side") == JOBS
     by_pid = dict(conn.execute("SELECT pid, count(*) FROM e2e_side GROUP BY pid").fetchall())
     assert set(by_pid) == {d.pid for d in daemons}, f"both processes took work: {by_pid}"
-    assert scalar(conn, "SELECT count(*) FROM jobsd.all_job_events WHERE to_status = 'running'") == JOBS
+    assert (
+        scalar(conn, "SELECT count(*) FROM jobsd.all_job_events WHERE to_status = 'running'")
+        == JOBS
+    )
     assert_history_complete(conn)

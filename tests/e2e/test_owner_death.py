@@ -99,6 +99,7 @@ def test_kill_9_leaves_jobs_claimed_ahead_queued_and_uncharged(
         JOBSD_DEATH_CHECK_INTERVAL="0.5",
         JOBSD_WORKER_LEASE="2",
         JOBSD_SLOTS="1",
+        JOBSD_CLAIM_AHEAD="20",
         JOBSD_CLAIM_AHEAD_MAX_WAIT="2",  # no give-back before the kill
     )
     first = spawn("run", env=env)

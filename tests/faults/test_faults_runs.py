@@ -80,7 +80,11 @@ def _held_ahead(scenario: Scenario, **settings: str) -> tuple[Any, list[uuid.UUI
     """Start a one-slot daemon, let it hold a long at-most-once run and reserve five jobs
     behind it; return the daemon, the reserved ids and the most rows it had running."""
     daemon = scenario.daemon(
-        JOBSD_SLOTS="1", JOBSD_CLAIM_AHEAD_MAX_WAIT="4", JOBSD_DRAIN_TIMEOUT="1", **settings
+        JOBSD_SLOTS="1",
+        JOBSD_CLAIM_AHEAD="20",
+        JOBSD_CLAIM_AHEAD_MAX_WAIT="4",
+        JOBSD_DRAIN_TIMEOUT="1",
+        **settings,
     )
     scenario.enqueue(1, types=("work",), ms=10)  # a short run: claiming ahead goes on
     scenario.wait_settled(timeout_s=15)

@@ -60,7 +60,8 @@ async def test_an_orgs_token_acts_on_its_own_jobs_only(
             ).fetchall()
             assert {r[0] for r in made} == set(mine)
             note = conn.execute(
-                "SELECT worker_id FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+                "SELECT worker_id "
+                "FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
                 (mine[0],),
             ).fetchone()
             assert note == (f"api (bulk {out['id']})",)

@@ -69,7 +69,8 @@ async def test_an_operator_retries_every_failed_job_of_the_list(db_url: str) -> 
             ).fetchall()
             assert {r[0] for r in made} == set(failed)
             actor = conn.execute(
-                "SELECT worker_id FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
+                "SELECT worker_id "
+                "FROM jobsd.all_job_events WHERE job_id = %s ORDER BY id DESC LIMIT 1",
                 (failed[0],),
             ).fetchone()[0]
             assert re.fullmatch(r"ui:operator:[0-9a-f]{8} \(bulk \d+\)", actor), actor

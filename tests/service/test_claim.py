@@ -64,7 +64,9 @@ async def test_two_daemons_claim_each_job_exactly_once(
     )
     assert await cur.fetchone() == {"n": JOBS, "jobs": JOBS}
     # every job was claimed once, by one of the two daemons, and both did work
-    cur = await db.execute("SELECT count(*) AS n FROM jobsd.all_job_events WHERE to_status = 'running'")
+    cur = await db.execute(
+        "SELECT count(*) AS n FROM jobsd.all_job_events WHERE to_status = 'running'"
+    )
     assert await cur.fetchone() == {"n": JOBS}
     claimed = [sum(one.stats.claimed.values()), sum(two.stats.claimed.values())]
     assert sum(claimed) == JOBS

@@ -217,10 +217,10 @@ async def test_keyed_and_at_most_once_jobs_are_never_claimed_ahead(
     await assert_history_complete_async(db)
 
 
-def test_claim_ahead_defaults_to_twenty_per_slot_at_most_500() -> None:
-    assert make_settings("postgresql://x/y", slots=7).effective_claim_ahead == 140
-    assert make_settings("postgresql://x/y", slots=25).effective_claim_ahead == 500
-    assert make_settings("postgresql://x/y", slots=100).effective_claim_ahead == 500
+def test_claim_ahead_is_off_unless_set() -> None:
+    # a job claimed ahead is a write of its row more (its reservation): off by default
+    assert make_settings("postgresql://x/y", slots=7).effective_claim_ahead == 0
+    assert make_settings("postgresql://x/y", slots=100).effective_claim_ahead == 0
     assert make_settings("postgresql://x/y", slots=7, claim_ahead=3).effective_claim_ahead == 3
     assert make_settings("postgresql://x/y", slots=7, claim_ahead=0).effective_claim_ahead == 0
 
@@ -265,7 +265,9 @@ async def test_a_job_claimed_ahead_behind_a_blocked_slot_runs_elsewhere(
     release = _blocking_and_once(registry)
     blocker = await client.enqueue("t", {"block": True}, org_id="o")
     behind = await client.enqueue("t", {}, org_id="o")
-    settings_a = make_settings(db_url, worker_id="a", slots=1, claim_ahead_max_wait=0.3)
+    settings_a = make_settings(
+        db_url, worker_id="a", slots=1, claim_ahead=20, claim_ahead_max_wait=0.3
+    )
     try:
         async with running_daemon(settings_a, registry) as a:
             # a's first round: the blocker in its slot, the other reserved behind it

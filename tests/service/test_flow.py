@@ -103,7 +103,9 @@ async def test_three_daemons_keep_each_key_to_its_limit_and_run_other_keys_meanw
             # claiming ahead on: the daemon whose one slot holds the first site:1 job (it
             # blocks until the end, by design) gives back a job it claimed ahead behind it
             # within the wait (docs/decisions.md, "Claiming ahead")
-            settings = make_settings(db_url, worker_id=f"d{i}", slots=1, claim_ahead_max_wait=0.3)
+            settings = make_settings(
+                db_url, worker_id=f"d{i}", slots=1, claim_ahead=20, claim_ahead_max_wait=0.3
+            )
             await stack.enter_async_context(running_daemon(settings, registry))
         for job in others + pairs:
             await wait_status(db, job.id, "succeeded", timeout_s=20)

@@ -1,4 +1,5 @@
-"""Check that ``jobsd.job_events`` holds every transition of every job, without gaps.
+"""Check that a job's history (``jobsd.all_job_events``: the stored events and those its
+row stands for) holds every transition of every job, without gaps.
 
 Shared by the service and end-to-end tests: each test calls it on its database at the
 end. A job's events must form one chain: the first comes from nothing, each next one
