@@ -236,7 +236,9 @@ commit_mode AS MATERIALIZED (
     SELECT 1 FROM chosen AS c WHERE c.at_most_once OR c.concurrency_key IS NOT NULL))
 UPDATE jobsd.jobs AS j
 SET status = CASE WHEN chosen.starts THEN 'running' ELSE 'queued' END,
-    started_at = CASE WHEN chosen.starts THEN now() ELSE j.started_at END,
+    -- the clock at the row's update, as the history's stored events are stamped: the
+    -- run's start in the history is read from it (0032), after any event before it
+    started_at = CASE WHEN chosen.starts THEN clock_timestamp() ELSE j.started_at END,
     attempts = CASE WHEN chosen.starts THEN j.attempts + 1 ELSE j.attempts END,
     -- the run's start in the history: derived from this row under this id (0032)
     start_event_id = CASE WHEN chosen.starts THEN nextval('jobsd.job_events_id_seq')
@@ -297,7 +299,7 @@ WITH commit_mode AS MATERIALIZED (
   WHERE %(relaxed)s AND current_setting('synchronous_standby_names') = '')
 UPDATE jobsd.jobs AS j
 SET status = 'running',
-    started_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.started_at END,
+    started_at = CASE WHEN j.status = 'queued' THEN clock_timestamp() ELSE j.started_at END,
     attempts = CASE WHEN j.status = 'queued' THEN j.attempts + 1 ELSE j.attempts END,
     start_event_id = CASE WHEN j.status = 'queued' THEN nextval('jobsd.job_events_id_seq')
                           ELSE j.start_event_id END,
@@ -365,7 +367,9 @@ SET status = r.status, report = r.report, error = r.error, reason = r.reason,
                          %(errors_kept)s) END,
     progress = CASE WHEN r.progress IS NULL THEN j.progress
                     ELSE coalesce(j.progress, '{}'::jsonb) || r.progress END,
-    finished_at = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN now() END,
+    -- the clock at the row's update, as for the run's start (0032)
+    finished_at = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled')
+                       THEN clock_timestamp() END,
     dedup_key = CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled') THEN NULL
                      ELSE j.dedup_key END,
     run_after = coalesce(r.run_after, now() + make_interval(secs => r.delay_s), j.run_after),
