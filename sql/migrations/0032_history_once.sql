@@ -233,7 +233,7 @@ CREATE OR REPLACE VIEW jobsd.all_job_events WITH (security_invoker = true) AS
   UNION ALL
   SELECT d.id, j.id, j.org_id, d.from_status, d.to_status, d.attempt, d.worker_id,
          d.reason, d.at
-  FROM jobsd.jobs AS j
+  FROM jobsd.all_jobs AS j
   CROSS JOIN LATERAL (VALUES
     (j.created_event_id, NULL::text, 'queued'::text, 0, NULL::text, NULL::text,
      j.created_at),
@@ -242,20 +242,9 @@ CREATE OR REPLACE VIEW jobsd.all_job_events WITH (security_invoker = true) AS
      j.finished_at))
     AS d(id, from_status, to_status, attempt, worker_id, reason, at)
   WHERE d.id IS NOT NULL
+    -- (a job's stored events are hot or archived as the job is)
     AND NOT EXISTS (SELECT 1 FROM jobsd.job_events AS s
                     WHERE s.job_id = j.id AND s.id = d.id)
-  UNION ALL
-  SELECT d.id, j.id, j.org_id, d.from_status, d.to_status, d.attempt, d.worker_id,
-         d.reason, d.at
-  FROM jobsd.jobs_archive AS j
-  CROSS JOIN LATERAL (VALUES
-    (j.created_event_id, NULL::text, 'queued'::text, 0, NULL::text, NULL::text,
-     j.created_at),
-    (j.start_event_id, 'queued', 'running', j.attempts, j.worker_id, NULL, j.started_at),
-    (j.end_event_id, 'running', j.status, j.attempts, j.worker_id, j.reason,
-     j.finished_at))
-    AS d(id, from_status, to_status, attempt, worker_id, reason, at)
-  WHERE d.id IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM jobsd.job_events_archive AS s
                     WHERE s.job_id = j.id AND s.id = d.id);
 

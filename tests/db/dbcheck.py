@@ -8,6 +8,10 @@ from typing import Any
 import psycopg
 from support.jobs import job_row as job_row
 
+from jobsd.client import JobSpec
+from jobsd.models import Job
+from jobsd.store import queries
+
 # The channel of jobsd's wake-ups, and a payload no queue can have (see queues_name_check).
 CHANNEL = "jobsd"
 FENCE = "!fence"
@@ -53,3 +57,18 @@ class Listener:
 
     def close(self) -> None:
         self.conn.close()
+
+
+async def insert_job(aconn: psycopg.AsyncConnection[Any], **options: Any) -> uuid.UUID:
+    """Insert one job of type ``t`` for org ``acme`` with jobsd's insert; return its id."""
+    spec = JobSpec.build("t", {}, org_id="acme", **options)
+    await queries.run_named(aconn, "jobs_insert", spec.insert_params())
+    return spec.id
+
+
+async def claim_one(aconn: psycopg.AsyncConnection[Any], worker_id: str = "w1") -> Job:
+    """Claim the next job with jobsd's claim, as worker ``worker_id``, and start it."""
+    (run,) = await queries.claim_batch(
+        aconn, limit=1, worker_id=worker_id, queues=None, keep_dedup_types=[], free=1
+    )
+    return run

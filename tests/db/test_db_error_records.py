@@ -12,9 +12,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbcheck import claim_one, insert_job
 
 from jobsd import SyncClient
-from jobsd.client import JobSpec
 from jobsd.jsonsafe import ERROR_RECORDS_KEPT, TRACEBACK_MAX_BYTES, error_record
 from jobsd.models import Job
 from jobsd.store import queries
@@ -26,19 +26,6 @@ pytestmark = pytest.mark.anyio
 
 AConn = psycopg.AsyncConnection[Any]
 Conn = psycopg.Connection[Any]
-
-
-async def enqueue(aconn: AConn) -> uuid.UUID:
-    spec = JobSpec.build("t", {}, org_id="acme")
-    await queries.run_named(aconn, "jobs_insert", spec.insert_params())
-    return spec.id
-
-
-async def claim(aconn: AConn, worker_id: str = "w1") -> Job:
-    (run,) = await queries.claim_batch(
-        aconn, limit=1, worker_id=worker_id, queues=None, keep_dedup_types=[], free=1
-    )
-    return run
 
 
 def failed_row(run: Job, n: int, *, status: str = "scheduled") -> FinishRow:
@@ -79,14 +66,14 @@ async def requeue(aconn: AConn, job_id: uuid.UUID) -> None:
 async def test_each_failed_attempt_adds_its_record_first_on_the_database_clock(
     aconn: AConn, db_url: str
 ) -> None:
-    job_id = await enqueue(aconn)
+    job_id = await insert_job(aconn)
     for n in (1, 2):
-        run = await claim(aconn)
+        run = await claim_one(aconn)
         before = datetime.now(UTC) - timedelta(seconds=5)
         written = await queries.finish_batch(aconn, [failed_row(run, n)])
         assert list(written) == [job_id]
         await requeue(aconn, job_id)
-    run = await claim(aconn)
+    run = await claim_one(aconn)
     await queries.finish_batch(aconn, [failed_row(run, 3, status="failed")])
 
     stored = await stored_errors(aconn, job_id)
@@ -117,8 +104,8 @@ async def test_each_failed_attempt_adds_its_record_first_on_the_database_clock(
 async def test_a_success_writes_nothing_and_a_repeated_write_adds_no_second_record(
     aconn: AConn, db_url: str
 ) -> None:
-    ok_id, bad_id = await enqueue(aconn), await enqueue(aconn)
-    runs = [await claim(aconn), await claim(aconn)]
+    ok_id, bad_id = await insert_job(aconn), await insert_job(aconn)
+    runs = [await claim_one(aconn), await claim_one(aconn)]
     ok = next(r for r in runs if r.id == ok_id)
     bad = next(r for r in runs if r.id == bad_id)
     assert ok.lease_id is not None
@@ -134,9 +121,9 @@ async def test_a_success_writes_nothing_and_a_repeated_write_adds_no_second_reco
 
 
 async def test_twelve_failed_attempts_keep_the_last_ten(aconn: AConn) -> None:
-    job_id = await enqueue(aconn)
+    job_id = await insert_job(aconn)
     for n in range(1, 13):
-        run = await claim(aconn)
+        run = await claim_one(aconn)
         await queries.finish_batch(aconn, [failed_row(run, n, status="scheduled")])
         await requeue(aconn, job_id)
     stored = await stored_errors(aconn, job_id)
@@ -146,8 +133,8 @@ async def test_twelve_failed_attempts_keep_the_last_ten(aconn: AConn) -> None:
 
 
 async def test_caps_hold_through_the_write(aconn: AConn) -> None:
-    job_id = await enqueue(aconn)
-    run = await claim(aconn)
+    job_id = await insert_job(aconn)
+    run = await claim_one(aconn)
     assert run.lease_id is not None
     traceback = "".join(f"  frame {i:06d}\n" for i in range(7000)) + "KeyError: 'end'\n"
     assert len(traceback.encode()) > 100_000
@@ -172,9 +159,9 @@ async def test_caps_hold_through_the_write(aconn: AConn) -> None:
 
 
 async def test_a_rescue_records_the_lost_attempt(aconn: AConn, db_url: str) -> None:
-    requeued, exhausted = await enqueue(aconn), await enqueue(aconn)
-    await claim(aconn, "dead-1")
-    await claim(aconn, "dead-1")
+    requeued, exhausted = await insert_job(aconn), await insert_job(aconn)
+    await claim_one(aconn, "dead-1")
+    await claim_one(aconn, "dead-1")
     await aconn.execute(
         "UPDATE jobsd.jobs SET attempts = 3 WHERE id = %s", (exhausted,)
     )  # its last attempt allowed
@@ -202,8 +189,8 @@ async def test_a_rescue_records_the_lost_attempt(aconn: AConn, db_url: str) -> N
 
 
 async def test_an_archived_job_keeps_its_records(aconn: AConn, conn: Conn, db_url: str) -> None:
-    job_id = await enqueue(aconn)
-    run = await claim(aconn)
+    job_id = await insert_job(aconn)
+    run = await claim_one(aconn)
     await queries.finish_batch(aconn, [failed_row(run, 1, status="failed")])
     before = await stored_errors(aconn, job_id)
     assert conn.execute("SELECT jobsd.archive_move(100, 0)").fetchone() == (1,)

@@ -13,9 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from dbcheck import history
+from dbcheck import claim_one, history, insert_job
 
-from jobsd.client import JobSpec
 from jobsd.models import Job
 from jobsd.store import queries
 from jobsd.store.queries import FinishRow
@@ -25,19 +24,6 @@ pytestmark = pytest.mark.anyio
 
 AConn = psycopg.AsyncConnection[Any]
 Conn = psycopg.Connection[Any]
-
-
-async def enqueue(aconn: AConn, **options: Any) -> uuid.UUID:
-    spec = JobSpec.build("t", {}, org_id="acme", **options)
-    await queries.run_named(aconn, "jobs_insert", spec.insert_params())
-    return spec.id
-
-
-async def claim(aconn: AConn, worker_id: str = "w1") -> Job:
-    (run,) = await queries.claim_batch(
-        aconn, limit=1, worker_id=worker_id, queues=None, keep_dedup_types=[], free=1
-    )
-    return run
 
 
 async def finish(aconn: AConn, run: Job, status: str, reason: str | None = None) -> None:
@@ -74,8 +60,8 @@ def times(conn: Conn, job_id: uuid.UUID) -> list[tuple[Any, ...]]:
 async def test_a_drained_job_stores_no_history_row_and_reads_whole(
     aconn: AConn, conn: Conn
 ) -> None:
-    job_id = await enqueue(aconn)
-    run = await claim(aconn)
+    job_id = await insert_job(aconn)
+    run = await claim_one(aconn)
     await finish(aconn, run, "succeeded", "done")
 
     assert stored(conn, job_id) == 0
@@ -92,14 +78,14 @@ async def test_a_drained_job_stores_no_history_row_and_reads_whole(
 async def test_a_retried_run_is_stored_when_it_ends_and_the_next_one_is_derived(
     aconn: AConn, conn: Conn
 ) -> None:
-    job_id = await enqueue(aconn)
-    first = await claim(aconn)
+    job_id = await insert_job(aconn)
+    first = await claim_one(aconn)
     await finish(aconn, first, "scheduled", "retry")
     assert stored(conn, job_id) == 2  # the first run's start, under its own id, and its end
     await aconn.execute(
         "UPDATE jobsd.jobs SET status = 'queued', reason = 'due' WHERE id = %s", (job_id,)
     )
-    second = await claim(aconn, "w2")
+    second = await claim_one(aconn, "w2")
     await finish(aconn, second, "failed", "handler error")
 
     assert stored(conn, job_id) == 3
@@ -116,8 +102,8 @@ async def test_a_retried_run_is_stored_when_it_ends_and_the_next_one_is_derived(
 async def test_notes_fall_where_they_happened_between_derived_events(
     aconn: AConn, conn: Conn, db_url: str
 ) -> None:
-    job_id = await enqueue(aconn)
-    run = await claim(aconn)
+    job_id = await insert_job(aconn)
+    run = await claim_one(aconn)
     # a cancel request while it runs (the trigger's note), then the end, then a late
     # result of another worker discarded
     await aconn.execute("SELECT set_config('jobsd.actor', 'ops', false)")
@@ -139,8 +125,8 @@ async def test_notes_fall_where_they_happened_between_derived_events(
 
 
 async def test_a_rescued_run_keeps_its_start(aconn: AConn, conn: Conn) -> None:
-    job_id = await enqueue(aconn)
-    await claim(aconn, "dead-1")
+    job_id = await insert_job(aconn)
+    await claim_one(aconn, "dead-1")
     await queries.sweep_stale(
         aconn,
         worker_id="sweeper",
@@ -158,11 +144,11 @@ async def test_a_rescued_run_keeps_its_start(aconn: AConn, conn: Conn) -> None:
 
 
 async def test_creations_that_are_not_plain_are_stored(aconn: AConn, conn: Conn) -> None:
-    later = await enqueue(aconn, run_after=datetime.now(UTC) + timedelta(hours=1))
+    later = await insert_job(aconn, run_after=datetime.now(UTC) + timedelta(hours=1))
     await aconn.execute("SELECT set_config('jobsd.actor', 'api', false)")
-    by_actor = await enqueue(aconn)
+    by_actor = await insert_job(aconn)
     await aconn.execute("SELECT set_config('jobsd.actor', '', false)")
-    plain = await enqueue(aconn)
+    plain = await insert_job(aconn)
 
     assert (stored(conn, later), stored(conn, by_actor), stored(conn, plain)) == (1, 1, 0)
     assert history(conn, later) == [(None, "scheduled", 0, None, None)]
@@ -171,11 +157,11 @@ async def test_creations_that_are_not_plain_are_stored(aconn: AConn, conn: Conn)
 
 
 async def test_an_archived_job_reads_the_same_history(aconn: AConn, conn: Conn) -> None:
-    job_id = await enqueue(aconn)
-    first = await claim(aconn)
+    job_id = await insert_job(aconn)
+    first = await claim_one(aconn)
     await finish(aconn, first, "scheduled", "retry")
     await aconn.execute("UPDATE jobsd.jobs SET status = 'queued' WHERE id = %s", (job_id,))
-    await finish(aconn, await claim(aconn), "succeeded", "done")
+    await finish(aconn, await claim_one(aconn), "succeeded", "done")
     before = history(conn, job_id)
 
     assert conn.execute("SELECT jobsd.archive_move(100, 0)").fetchone() == (1,)
@@ -195,7 +181,7 @@ async def test_an_insert_cannot_bring_a_run_of_its_own(conn: Conn) -> None:
 async def test_a_transition_no_statement_stamped_is_stored_and_checked(
     aconn: AConn, conn: Conn
 ) -> None:
-    job_id = await enqueue(aconn)
+    job_id = await insert_job(aconn)
     # a start without its id: stored by the trigger, as every unstamped change
     conn.execute(
         "UPDATE jobsd.jobs SET status = 'running', attempts = 1, lease_id = gen_random_uuid(),"
