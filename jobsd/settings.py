@@ -28,7 +28,6 @@ __all__ = [
 CREDENTIAL_DATABASE_URL = "database_url"
 
 
-
 def credential_database_url() -> str | None:
     """Return the database URL from the systemd credential ``database_url``, if any.
 

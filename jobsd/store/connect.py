@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -176,6 +176,7 @@ def make_async_pool(
     statement_timeout_s: float | None = None,
     give_up_after_s: float | None = None,
     writable: bool = True,
+    on_connect: Callable[[OwnAsyncConn], Awaitable[None]] | None = None,
 ) -> AsyncPool:
     """Create (unopened) an async pool of autocommit connections named ``jobsd-<name>``.
 
@@ -192,7 +193,8 @@ def make_async_pool(
     after it began (the database is unreachable), and gives up on it after
     ``give_up_after_s`` (default: 6 statement timeouts, at least 30 s), raising
     BackendUnavailable. ``writable`` false lets the pool use a read-only server (a
-    replica for reads that may lag).
+    replica for reads that may lag). ``on_connect`` runs on each new connection before
+    the pool hands it out (the daemon prepares its claim there).
     """
     options = _pool_options(url, name, min_size, max_size, timeout_s, writable=writable)
     settings = dict(_SESSION_SETTINGS)
@@ -205,6 +207,8 @@ def make_async_pool(
 
     async def configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
         await run_named(conn, "workers_session_deadlines", {"settings": Jsonb(settings)})
+        if on_connect is not None:
+            await on_connect(conn)
 
     if statement_timeout_s is None:
         return AsyncConnectionPool(

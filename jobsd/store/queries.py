@@ -46,6 +46,7 @@ __all__ = [
     "heartbeat_v2",
     "note_discarded",
     "owned_unheld",
+    "prepare_claim",
     "promote_due",
     "release_reserved",
     "rescue_apply_params",
@@ -128,8 +129,70 @@ async def claim_batch(
     is of an at-most-once type or has a concurrency key, the claim commits without
     waiting for the disk (docs/decisions.md).
     """
+    params = _claim_params(
+        limit, worker_id, queues, keep_dedup_types, key_limits, free, types,
+        at_most_once_types, durable, reserve_s,
+    )  # fmt: skip
+    with db_errors(f"claim failed for worker {worker_id!r}"):
+        rows = await run_named_tuples(conn, "jobs_claim_batch", params)
+    jobs = [Job.from_fields(r) for r in rows]
+    jobs.sort(key=lambda j: (j.priority, j.created_at, j.id))
+    considered = int(rows[0][_CLAIM_CONSIDERED]) if rows else 0
+    busy = bool(jobs) and len(jobs) < limit and considered > len(jobs)
+    return ClaimRound(jobs, left_for_busy_keys=busy)
+
+
+# No job has this type: a job type is at most 200 characters (the jobs_type_size check).
+_NO_SUCH_TYPE = "?" * 201
+# Postgres plans a prepared statement afresh for its first five runs, then settles on
+# its generic plan when that is no dearer: the sixth run is the first without planning.
+CLAIM_PREPARE_RUNS = 6
+
+
+async def prepare_claim(
+    conn: AsyncConn,
+    *,
+    limit: int,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    keep_dedup_types: Sequence[str],
+    key_limits: Mapping[str, int] | None = None,
+    free: int | None = None,
+    at_most_once_types: Sequence[str] = (),
+    durable: bool = False,
+    reserve_s: float = 2.0,
+) -> None:
+    """Prepare the claim on ``conn`` and run it past Postgres's planning, claiming nothing.
+
+    The arguments are those of the claims to come (``claim_batch``): psycopg keys a
+    prepared statement by its parameters' types, and Postgres weighs its generic plan
+    against the plans it made for them. Only the types differ: one no job can have, so
+    no row is read for update, locked or written. Without this, a connection's first
+    ten claims are planned, each taking twice as long as a planned one.
+    """
+    params = _claim_params(
+        limit, worker_id, queues, keep_dedup_types, key_limits, free, [_NO_SUCH_TYPE],
+        at_most_once_types, durable, reserve_s,
+    )  # fmt: skip
+    with db_errors(f"claim preparation for worker {worker_id!r}"):
+        for _ in range(CLAIM_PREPARE_RUNS):
+            await run_named_tuples(conn, "jobs_claim_batch", params, prepare=True)
+
+
+def _claim_params(
+    limit: int,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    keep_dedup_types: Sequence[str],
+    key_limits: Mapping[str, int] | None,
+    free: int | None,
+    types: Sequence[str] | None,
+    at_most_once_types: Sequence[str],
+    durable: bool,
+    reserve_s: float,
+) -> dict[str, Any]:
     limits = dict(key_limits or {})
-    params = {
+    return {
         "limit": limit,
         "worker_id": worker_id,
         "queues": list(queues) if queues else None,
@@ -142,13 +205,6 @@ async def claim_batch(
         "relaxed_commit": not durable,
         "reserve_s": reserve_s,
     }
-    with db_errors(f"claim failed for worker {worker_id!r}"):
-        rows = await run_named_tuples(conn, "jobs_claim_batch", params)
-    jobs = [Job.from_fields(r) for r in rows]
-    jobs.sort(key=lambda j: (j.priority, j.created_at, j.id))
-    considered = int(rows[0][_CLAIM_CONSIDERED]) if rows else 0
-    busy = bool(jobs) and len(jobs) < limit and considered > len(jobs)
-    return ClaimRound(jobs, left_for_busy_keys=busy)
 
 
 @dataclass(frozen=True, slots=True)

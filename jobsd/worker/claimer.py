@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -24,7 +25,7 @@ from anyio.abc import TaskStatus
 from jobsd.models import Job, JobStatus
 from jobsd.registry import Registry
 from jobsd.store import queries
-from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.db import AsyncConn, AsyncPool, acquire
 from jobsd.worker.clock import Clock
 from jobsd.worker.fence import Fence
 from jobsd.worker.holdings import Holdings
@@ -185,15 +186,9 @@ class Claimer:
                     jobs = await queries.claim_batch(
                         conn,
                         limit=want,
-                        worker_id=self.cfg.worker_id,
-                        queues=self.cfg.queues or None,
-                        keep_dedup_types=self.registry.keep_dedup_types(),
-                        key_limits=self.registry.concurrency_limits(),
                         free=booked,
                         types=self.registry.types() if self.cfg.known_types_only else None,
-                        at_most_once_types=self.registry.at_most_once_types(),
-                        durable=self.cfg.durable_claims,
-                        reserve_s=self.cfg.reserve_s,
+                        **self._claim_args(),
                     )
                 for job in jobs:
                     self.stats.claimed[self.stats.label(job.type)] += 1
@@ -216,6 +211,23 @@ class Claimer:
             # (a promotion) would take the CPU from them, a third of an idle pickup.
             await anyio.lowlevel.checkpoint()
         return len(jobs), len(jobs) == want or jobs.left_for_busy_keys
+
+    async def prepare(self, conn: AsyncConn) -> None:
+        """Prepare the claim on a new connection of the pool, so that its first claims
+        are not planned: they would start jobs later (``queries.prepare_claim``)."""
+        slots = self.holdings.slots
+        await queries.prepare_claim(conn, limit=slots, free=slots, **self._claim_args())
+
+    def _claim_args(self) -> dict[str, Any]:
+        return {
+            "worker_id": self.cfg.worker_id,
+            "queues": self.cfg.queues or None,
+            "keep_dedup_types": self.registry.keep_dedup_types(),
+            "key_limits": self.registry.concurrency_limits(),
+            "at_most_once_types": self.registry.at_most_once_types(),
+            "durable": self.cfg.durable_claims,
+            "reserve_s": self.cfg.reserve_s,
+        }
 
     async def adopt_lost(self) -> int:
         """Start the handlers of running jobs of this worker that it does not hold: the

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import anyio
 
-from jobsd.errors import ConfigError
+from jobsd.errors import ConfigError, DatabaseError
 from jobsd.http import serve as serve_http
 from jobsd.http.settings import HttpSettings
 from jobsd.periodic import ScheduleRegistry, default_schedules, load_schedules_file
@@ -30,7 +30,7 @@ from jobsd.registry import Registry, default_registry
 from jobsd.settings import Settings
 from jobsd.store import api, workers
 from jobsd.store.connect import make_async_pool
-from jobsd.store.db import AsyncPool, acquire
+from jobsd.store.db import AsyncConn, AsyncPool, acquire
 from jobsd.store.listen import open_listen_connection
 from jobsd.worker import sdnotify
 from jobsd.worker.archiver import Archiver, ArchiverSettings
@@ -106,6 +106,7 @@ class Daemon:
             max_size=max(settings.pool_size, 4),
             timeout_s=10.0,
             statement_timeout_s=settings.statement_timeout,
+            on_connect=self._prepare_connection,
         )
         self.hooks = FailHooks(
             self.pool,
@@ -308,6 +309,17 @@ class Daemon:
         """A cancel request for ``job_id`` committed: cancel its handler if it runs here."""
         if self.holdings.request_cancel_of(job_id):
             log.info("job.cancel_requested", extra={"job_id": str(job_id), "via": "notify"})
+
+    async def _prepare_connection(self, conn: AsyncConn) -> None:
+        """Prepare the claim on each new connection of the pool. A refusal (a lock held
+        past the statement timeout) costs only the speed of the connection's first
+        claims: it is handed out as it is; a connection lost meanwhile is not."""
+        try:
+            await self.claimer.prepare(conn)
+        except DatabaseError as exc:
+            if conn.closed:
+                raise
+            log.warning("daemon.claim_not_prepared", extra={"error": str(exc)})
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
