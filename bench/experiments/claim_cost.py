@@ -38,7 +38,7 @@ CLAIM = {
     "types": [TYPE],
     "at_most_once_types": [],
     "relaxed_commit": True,
-    "armed": 0,
+    "reserve_s": 2.0,
 }
 
 

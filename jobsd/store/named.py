@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, LiteralString
 
 import psycopg
+from psycopg.pq import ExecStatus
+from psycopg.pq.abc import PGresult
 from psycopg.rows import dict_row, tuple_row
 
 from jobsd.store.sqlfiles import load_queries
@@ -35,13 +37,20 @@ async def run_named(
 
 
 async def run_named_tuples(
-    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any],
+    name: str,
+    params: dict[str, Any],
+    *,
+    prepare: bool | None = None,
 ) -> list[tuple[Any, ...]]:
     """Execute a named statement on an async connection and return its rows as tuples
-    (cheaper than dicts where many rows come back)."""
+    (cheaper than dicts where many rows come back). ``prepare``: psycopg's (None:
+    prepared from its fifth run on the connection; True: at once)."""
     async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(sql_text(name), params)
-        return await cur.fetchall() if cur.description else []
+        await cur.execute(sql_text(name), params, prepare=prepare)
+        # the result's status, not ``cur.description``: tuples need no column objects
+        # (building them costs more than decoding a small claim's rows)
+        return await cur.fetchall() if _has_rows(cur.pgresult) else []
 
 
 def run_named_sync(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[Row]:
@@ -49,3 +58,7 @@ def run_named_sync(conn: psycopg.Connection[Any], name: str, params: dict[str, A
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(sql_text(name), params)
         return cur.fetchall() if cur.description else []
+
+
+def _has_rows(result: PGresult | None) -> bool:
+    return result is not None and result.status == ExecStatus.TUPLES_OK
