@@ -51,9 +51,7 @@ async def test_every_connection_claims_on_a_generic_plan_from_its_first_claim(
             job_id = (await client.enqueue("touch", {"n": n}, org_id="acme")).id
             await wait_status(db, job_id, jobsd.JobStatus.SUCCEEDED)
         async with AsyncExitStack() as held:
-            conns = [
-                await held.enter_async_context(acquire(daemon.pool, "test")) for _ in range(3)
-            ]
+            conns = [await held.enter_async_context(acquire(daemon.pool, "test")) for _ in range(3)]
             plans = [await _claim_plans(conn) for conn in conns]
     # one prepared claim per connection; its only planned runs are the preparation's
     # first five: every later run, the daemon's claims included, used the generic plan
