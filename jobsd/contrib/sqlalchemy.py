@@ -159,11 +159,11 @@ Index(
     postgresql_where=jobs.c.dedup_key.isnot(None),
 )
 
+# 0033: the running jobs, by the daemon that holds them
 Index(
-    "jobs_active_idx",
-    jobs.c.status,
-    jobs.c.created_at,
-    postgresql_where=jobs.c.status.in_(["queued", "running"]),
+    "jobs_running_idx",
+    jobs.c.worker_id,
+    postgresql_where=jobs.c.status == "running",
 )
 # 0008_flow_control: the claim reads each queue in claim order
 Index(

@@ -49,7 +49,7 @@ ORDER BY q.name;
 
 -- name: ui_workers
 -- The registered daemons with the number of jobs each holds (running jobs are in
--- jobs_active_idx).
+-- jobs_running_idx).
 SELECT w.worker_id, w.hostname, w.pid, w.started_at, w.last_seen_at,
        coalesce(h.jobs, 0) AS jobs_held
 FROM jobsd.workers AS w
