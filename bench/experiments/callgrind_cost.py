@@ -107,10 +107,18 @@ def drain_script(n: int, batch: int, rounds: int) -> str:
         "limit_values": "'{}'",
         "types": "NULL",
         "free": "NULL",
-        "armed": "0",
+        "at_most_once_types": "'{}'",
+        "relaxed_commit": "true",
+        "reserve_s": "2",
     }.items():
         claim = claim.replace(f"%({name})s", value)
-    finish = _strip(q["jobs_finish_batch"]).rstrip(";").replace("%(results)s", "$1")
+    finish = (
+        _strip(q["jobs_finish_batch"])
+        .rstrip(";")
+        .replace("%(results)s", "$1")
+        .replace("%(confirm)s", "false")
+        .replace("%(errors_kept)s", "10")
+    )
     parts = [
         f"PREPARE many(uuid[], text[], int) AS {_strip(_many_insert()).rstrip(';')}",
         f"PREPARE claim(int) AS {claim}",

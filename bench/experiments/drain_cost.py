@@ -24,17 +24,17 @@ from jobsd.store.sqlfiles import load_queries
 
 VARIANTS: dict[str, str] = {
     "base": "",
-    "no history trigger": "DROP TRIGGER jobs_history_update_stmt ON jobsd.jobs;",
+    "no history trigger": "DROP TRIGGER jobs_history_row ON jobsd.jobs;",
     "no notify_done trigger": "DROP TRIGGER jobs_notify_done ON jobsd.jobs;",
-    "no jobs_active_idx": "DROP INDEX jobsd.jobs_active_idx;",
+    "no jobs_running_idx": "DROP INDEX jobsd.jobs_running_idx;",
     "no jobs_created_idx": "DROP INDEX jobsd.jobs_created_idx;",
     "no jobs_org_created_idx": "DROP INDEX jobsd.jobs_org_created_idx;",
     "no jobs_open_by_queue_org_idx": "DROP INDEX jobsd.jobs_open_by_queue_org_idx;",
     "no jobs_finished_idx": "DROP INDEX jobsd.jobs_finished_idx;",
-    "no history, no notify_done, no active/created/open indexes": (
-        "DROP TRIGGER jobs_history_update_stmt ON jobsd.jobs;"
+    "no history, no notify_done, no running/created/open indexes": (
+        "DROP TRIGGER jobs_history_row ON jobsd.jobs;"
         "DROP TRIGGER jobs_notify_done ON jobsd.jobs;"
-        "DROP INDEX jobsd.jobs_active_idx; DROP INDEX jobsd.jobs_created_idx;"
+        "DROP INDEX jobsd.jobs_running_idx; DROP INDEX jobsd.jobs_created_idx;"
         "DROP INDEX jobsd.jobs_open_by_queue_org_idx;"
     ),
 }

@@ -76,13 +76,16 @@ CREATE UNIQUE INDEX jobs_org_dedup_key_key ON jobsd.jobs (org_id, dedup_key)
 """
 
 BARE = """
-DROP TRIGGER jobs_history_insert ON jobsd.jobs;
+DROP TRIGGER jobs_after_insert ON jobsd.jobs;
 DROP TRIGGER jobs_notify_insert ON jobsd.jobs;
-DROP TRIGGER jobs_admit_insert ON jobsd.jobs;
-DROP TRIGGER jobs_check_insert ON jobsd.jobs;
-ALTER TABLE jobsd.jobs DROP CONSTRAINT jobs_org_dedup_key_key;
-DROP INDEX jobsd.jobs_org_type_created_idx, jobsd.jobs_active_idx, jobsd.jobs_scheduled_idx,
-  jobsd.jobs_org_created_idx, jobsd.jobs_claim_v2_idx, jobsd.jobs_open_by_queue_idx;
+ALTER TABLE jobsd.jobs DROP CONSTRAINT jobs_queue_fkey;
+DROP INDEX jobsd.jobs_active_idx, jobsd.jobs_claim_v2_idx, jobsd.jobs_created_idx,
+  jobsd.jobs_org_created_idx, jobsd.jobs_open_by_queue_org_idx;
+"""
+# what pgqueuer's table has on its insert path: the key and the claim's index
+CLAIM_INDEX_ONLY = """
+DROP INDEX jobsd.jobs_active_idx, jobsd.jobs_created_idx, jobsd.jobs_org_created_idx,
+  jobsd.jobs_open_by_queue_org_idx;
 """
 
 VARIANTS: dict[str, str] = {
@@ -106,6 +109,7 @@ VARIANTS: dict[str, str] = {
     "no jobs_org_type_created_idx": "DROP INDEX jobsd.jobs_org_type_created_idx;",
     "dedup unique index partial": DEDUP_PARTIAL,
     "bare table (pkey only, no triggers)": BARE,
+    "pkey and claim index only (triggers kept)": CLAIM_INDEX_ONLY,
     # today's schema (0020), one piece less each
     "no jobs_created_idx": "DROP INDEX jobsd.jobs_created_idx;",
     "no jobs_org_created_idx": "DROP INDEX jobsd.jobs_org_created_idx;",
