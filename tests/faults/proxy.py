@@ -170,14 +170,17 @@ class Proxy:
                         asyncio.get_running_loop().call_later(0.3, self._cut, conn)
 
     def _inspect(self, conn: _Conn, kind: bytes, body: bytes) -> None:
-        if not self._match:
-            return
         if kind == b"P":
+            # every prepared statement is remembered, armed or not: a statement the
+            # client prepared before the proxy was armed is then run by name only
             name, rest = body.split(b"\0", 1)
             query = rest.split(b"\0", 1)[0]
             conn.statements[name] = query
-            conn.armed |= self._match in query
-        elif kind == b"B":
+            conn.armed |= bool(self._match) and self._match in query
+            return
+        if not self._match:
+            return
+        if kind == b"B":
             _portal, rest = body.split(b"\0", 1)
             name = rest.split(b"\0", 1)[0]
             conn.armed |= self._match in conn.statements.get(name, b"")
