@@ -53,6 +53,7 @@ def add_job(conn: psycopg.Connection[Any], queue: str, org_id: str, status: str)
     make_job(conn, queue=queue, org_id=org_id, status=status)
 
 
+@pytest.mark.heavy
 def test_create_list_set_pause_resume_drop(db_url: str, conn: psycopg.Connection[Any]) -> None:
     env = make_env(db_url)
 

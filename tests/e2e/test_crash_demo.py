@@ -42,6 +42,7 @@ def _shown(stdout: str) -> dict[str, list[str]]:
     return blocks
 
 
+@pytest.mark.heavy
 def test_jobsd_demo_crash_recovers_every_job_with_its_side_effect_once(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

@@ -84,6 +84,7 @@ def test_dev_runs_on_a_throwaway_postgres_and_removes_it_on_ctrl_c(
         psycopg.connect(url, connect_timeout=2).close()
 
 
+@pytest.mark.heavy
 def test_dev_overview_shows_the_example_jobs_flowing(
     spawn: Callable[..., Proc], shared_tmp: Path
 ) -> None:

@@ -41,6 +41,7 @@ EXAMPLES_PER_OPERATION = int(os.environ.get("JOBSD_TEST_API_EXAMPLES", "25"))
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_property_based_run_finds_no_server_error(db_url: str, token_a: str) -> None:
     """Every operation, valid and invalid inputs, against a real server and database."""
     schema = schemathesis.openapi.from_dict(openapi_schema())
